@@ -1,0 +1,1 @@
+"""Pure functions over the session: stages, flame trees, shares. Nothing here renders."""

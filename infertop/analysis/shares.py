@@ -1,0 +1,79 @@
+"""Stage shares of active time, and per-call latency percentiles from spans."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from infertop.analysis.stages import IDLE
+from infertop.config import STAGES
+from infertop.model.events import StageSpan
+
+
+@dataclass(frozen=True, slots=True)
+class Latency:
+    p50: float
+    p95: float
+    p99: float
+
+
+@dataclass(frozen=True, slots=True)
+class StageShare:
+    name: str
+    share: float  # of active (non-idle) samples; idle's share is of all samples
+    seconds: float  # thread-seconds (samples / rate)
+    samples: int
+    calls: int | None = None
+    calls_per_s: float | None = None
+    latency_ms: Latency | None = None
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile of an already sorted sequence (q in 0..100)."""
+    if not sorted_values:
+        return 0.0
+    pos = (len(sorted_values) - 1) * q / 100.0
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def stage_shares(
+    counts: dict[str, int],
+    rate_hz: float,
+    spans: Iterable[StageSpan] = (),
+    duration_s: float = 0.0,
+) -> list[StageShare]:
+    """Shares in pipeline order (known stages first, then user stages by size)."""
+    active = sum(n for s, n in counts.items() if s != IDLE)
+    everything = active + counts.get(IDLE, 0)
+    by_stage: dict[str, list[float]] = {}
+    for sp in spans:
+        by_stage.setdefault(sp.stage, []).append((sp.t_end - sp.t_start) * 1000.0)
+    names = [s for s in STAGES if counts.get(s) or s in by_stage]
+    names += sorted(
+        (s for s in set(counts) | set(by_stage) if s not in STAGES and (counts.get(s) or s in by_stage)),
+        key=lambda s: -counts.get(s, 0),
+    )
+    out = []
+    for name in names:
+        n = counts.get(name, 0)
+        denom = everything if name == IDLE else active
+        durations = sorted(by_stage.get(name, ()))
+        latency = (
+            Latency(percentile(durations, 50), percentile(durations, 95), percentile(durations, 99))
+            if durations
+            else None
+        )
+        out.append(
+            StageShare(
+                name=name,
+                share=n / denom if denom else 0.0,
+                seconds=n / rate_hz if rate_hz else 0.0,
+                samples=n,
+                calls=len(durations) if durations else None,
+                calls_per_s=(len(durations) / duration_s) if durations and duration_s > 0 else None,
+                latency_ms=latency,
+            )
+        )
+    return out

@@ -1,0 +1,130 @@
+"""One immutable picture of the session at a moment: what every view draws from.
+
+Built off the UI thread (live ingest worker, replay, report), then handed to views whole.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from infertop.analysis.flame import FlameNode, TopFrame, build_flame, top_frames
+from infertop.analysis.shares import StageShare, stage_shares
+from infertop.model.events import CollectorStatus, TargetExited, TargetInfo
+from infertop.model.session import Session, WindowSummary
+
+
+@dataclass(frozen=True)
+class ReplayState:
+    position: float  # seconds from the start of the recording
+    length: float
+    playing: bool
+    speed: float
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    t: float
+    t_first: float
+    target: TargetInfo
+    totals: tuple[StageShare, ...]  # the session up to t
+    recent: tuple[StageShare, ...]  # the last ``recent_s`` seconds
+    history: tuple[dict[str, int], ...]  # stage counts per window, oldest first
+    flame: FlameNode
+    stage_filter: str | None
+    top: tuple[TopFrame, ...]
+    statuses: tuple[CollectorStatus, ...]
+    samples: int
+    errors: int
+    lag_s: float
+    rate_hz: float
+    coverage: float  # share of wall time py-spy was sampling (gaps between windows excluded)
+    exited: TargetExited | None
+    recording: str | None = None
+    recording_bytes: int = 0
+    replay: ReplayState | None = None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def duration_s(self) -> float:
+        return max(0.0, self.t - self.t_first)
+
+
+class StackAccumulator:
+    """Stack counts over windows [0, n), extended incrementally while the range only grows."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.counts: dict[int, int] = {}
+        self.session_id = 0
+
+    def upto(self, session: Session, n: int) -> dict[int, int]:
+        if id(session) != self.session_id or n < self.n:
+            self.n, self.counts, self.session_id = 0, {}, id(session)
+        for ws in session.windows[self.n : n]:
+            for _tid, sid, c in ws.window.counts:
+                self.counts[sid] = self.counts.get(sid, 0) + c
+        self.n = n
+        return self.counts
+
+
+def _sum_stage_counts(windows: list[WindowSummary]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for ws in windows:
+        for s, n in ws.stage_counts.items():
+            out[s] = out.get(s, 0) + n
+    return out
+
+
+def build_snapshot(
+    session: Session,
+    *,
+    t: float | None = None,
+    stage_filter: str | None = None,
+    recent_s: float = 5.0,
+    history: int = 120,
+    accumulator: StackAccumulator | None = None,
+    recording: str | None = None,
+    recording_bytes: int = 0,
+    replay: ReplayState | None = None,
+    notes: tuple[str, ...] = (),
+) -> Snapshot:
+    windows = session.windows_between(None, t)
+    t_now = t if t is not None else session.t_last
+    rate = windows[-1].window.rate_hz if windows else 0.0
+    acc = accumulator or StackAccumulator()
+    stack_counts = acc.upto(session, len(windows))
+    frames_of = session.symbols.stack_frames
+    span_list = session.spans_between(None, t)
+    duration = max(0.0, t_now - session.t_first)
+    totals = stage_shares(_sum_stage_counts(windows), rate, span_list, duration)
+    recent_windows = [w for w in windows if w.window.t_end > t_now - recent_s]
+    recent = stage_shares(
+        _sum_stage_counts(recent_windows),
+        rate,
+        session.spans_between(t_now - recent_s, t),
+        recent_s,
+    )
+    sampled = sum(w.window.t_end - w.window.t_start for w in windows)
+    items = list(stack_counts.items())
+    return Snapshot(
+        t=t_now,
+        t_first=session.t_first,
+        target=session.target,
+        totals=tuple(totals),
+        recent=tuple(recent),
+        history=tuple(dict(w.stage_counts) for w in windows[-history:]),
+        flame=build_flame(items, frames_of, session.stage_of, stage_filter),
+        stage_filter=stage_filter,
+        top=tuple(top_frames(items, frames_of, session.stage_of)),
+        statuses=tuple(session.statuses.values()),
+        samples=sum(w.active for w in windows),
+        errors=sum(w.window.errors for w in windows),
+        lag_s=windows[-1].window.lag_s if windows else 0.0,
+        rate_hz=rate,
+        coverage=sampled / duration if duration > 0 else 0.0,
+        exited=session.exited if session.exited and (t is None or session.exited.t <= t) else None,
+        recording=recording,
+        recording_bytes=recording_bytes,
+        replay=replay,
+        notes=notes,
+    )

@@ -1,0 +1,80 @@
+"""The stage model: which pipeline stage a Python stack belongs to.
+
+Order of precedence: an explicit annotation frame (``infertop:NAME``, from ``@infertop.stage``)
+anywhere on the stack, innermost first; then the user's rules, innermost matching frame first;
+then the default rules the same way; else ``other``. Users' rules win over the defaults so that
+``--stage preprocess='*server.py:encode_batch'`` claims the whole call, torch calls inside it
+included.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from infertop.annotate import STAGE_FRAME_PREFIX
+from infertop.config import DEFAULT_STAGE_RULES
+from infertop.model.events import Frame
+
+OTHER = "other"
+IDLE = "idle"
+
+
+@dataclass(frozen=True)
+class StageRule:
+    stage: str
+    pattern: str
+    _file: re.Pattern[str] | None
+    _func: re.Pattern[str]
+
+    @classmethod
+    def parse(cls, stage: str, pattern: str) -> StageRule:
+        file_glob, sep, func_glob = pattern.rpartition(":")
+        if not sep:
+            file_glob, func_glob = "", pattern
+        file_re = re.compile(fnmatch.translate(file_glob)) if file_glob else None
+        return cls(stage, pattern, file_re, re.compile(fnmatch.translate(func_glob or "*")))
+
+    def matches(self, frame: Frame) -> bool:
+        if self._file is not None and not self._file.match(frame.file.replace("\\", "/")):
+            return False
+        func = frame.function
+        if self._func.match(func):
+            return True
+        # a bare method name also matches a qualified one: "encode" matches "Tokenizer.encode"
+        short = func.rpartition(".")[2]
+        return short != func and bool(self._func.match(short))
+
+
+class StageClassifier:
+    """Classifies stacks (root-first frame lists); memoises by stack id."""
+
+    def __init__(self, user_rules: Sequence[tuple[str, str]] = ()) -> None:
+        self.user_rules = [StageRule.parse(s, p) for s, p in user_rules]
+        self.default_rules = [StageRule.parse(s, p) for s, p in DEFAULT_STAGE_RULES]
+        self._cache: dict[int, tuple[str, int]] = {}
+
+    def classify(self, frames: Sequence[Frame]) -> tuple[str, int]:
+        """Return (stage, index of the deciding frame or -1)."""
+        for i in range(len(frames) - 1, -1, -1):
+            func = frames[i].function
+            if func.startswith(STAGE_FRAME_PREFIX):
+                return func[len(STAGE_FRAME_PREFIX) :] or OTHER, i
+        for rules in (self.user_rules, self.default_rules):
+            if not rules:
+                continue
+            for i in range(len(frames) - 1, -1, -1):
+                frame = frames[i]
+                for rule in rules:
+                    if rule.matches(frame):
+                        return rule.stage, i
+        return OTHER, -1
+
+    def stage_of(self, stack_id: int, frames: Sequence[Frame]) -> str:
+        hit = self._cache.get(stack_id)
+        if hit is None:
+            hit = self.classify(frames)
+            self._cache[stack_id] = hit
+        return hit[0]

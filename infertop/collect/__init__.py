@@ -1,0 +1,1 @@
+"""Collectors: sources of events (py-spy, the agent, NVML, recordings)."""

@@ -1,0 +1,197 @@
+"""py-spy collector: Python stacks of every thread, in short ``py-spy record`` windows.
+
+py-spy writes its output only when it stops, so a live view runs it in back-to-back windows
+(default 1 s), stopping each with SIGINT and parsing its ``raw`` output (one line per unique
+stack with a count). Blocking mode only: ``--nonblocking`` tears stacks (field notes). Idle
+threads are left out by py-spy; the session derives idle time from ticks × threads.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+
+from infertop.collect.target import classify_pyspy_failure, find_pyspy, pid_alive
+from infertop.model.events import CollectorStatus, Frame, TargetExited
+
+_THREAD_RE = re.compile(r"^thread \((0x[0-9a-fA-F]+|\d+)\)(?:: (.*))?$")
+_FRAME_RE = re.compile(r"^(.*) \((.*?)(?::(\d+))?\)$")
+_SUMMARY_RE = re.compile(r"Samples: (\d+) Errors: (\d+)")
+_BEHIND_RE = re.compile(r"([\d.]+)s behind in sampling")
+
+
+@dataclass(frozen=True, slots=True)
+class RawSampleWindow:
+    """A window before interning: stacks as frame tuples (root first)."""
+
+    t_start: float
+    t_end: float
+    rate_hz: float
+    ticks: int
+    counts: tuple[tuple[int, str, tuple[Frame, ...], int], ...]  # (tid, thread name, stack, n)
+    errors: int = 0
+    lag_s: float = 0.0
+
+
+def parse_frame(text: str) -> Frame:
+    m = _FRAME_RE.match(text)
+    if m is None:
+        return Frame(text, "", 0)
+    return Frame(m.group(1), m.group(2), int(m.group(3) or 0))
+
+
+def parse_raw(text: str) -> tuple[list[tuple[int, str, tuple[Frame, ...], int]], int]:
+    """Parse py-spy ``--format raw --threads`` output. Returns (rows, unparsable line count)."""
+    rows: list[tuple[int, str, tuple[Frame, ...], int]] = []
+    bad = 0
+    frame_cache: dict[str, Frame] = {}
+    for line in text.splitlines():
+        line = line.rstrip()
+        if not line:
+            continue
+        stack_text, _, count_text = line.rpartition(" ")
+        if not stack_text or not count_text.isdigit():
+            bad += 1
+            continue
+        parts = stack_text.split(";")
+        tid, name = 0, ""
+        m = _THREAD_RE.match(parts[0])
+        if m is not None:
+            tid = int(m.group(1), 0)
+            name = m.group(2) or ""
+            parts = parts[1:]
+        frames = []
+        for p in parts:
+            f = frame_cache.get(p)
+            if f is None:
+                f = frame_cache[p] = parse_frame(p)
+            frames.append(f)
+        rows.append((tid, name, tuple(frames), int(count_text)))
+    return rows, bad
+
+
+class PySpyCollector:
+    """Runs py-spy in back-to-back windows on a background thread."""
+
+    name = "py-spy"
+
+    def __init__(self, pid: int, rate_hz: float = 100.0, window_s: float = 1.0) -> None:
+        self.pid = pid
+        self.rate_hz = rate_hz
+        self.window_s = window_s
+        self._events: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._proc: subprocess.Popen[str] | None = None
+        self._tmpdir = tempfile.TemporaryDirectory(prefix="infertop-pyspy-")
+        self._pyspy = find_pyspy()
+        self.paused = threading.Event()
+
+    # -- Collector protocol -------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="infertop-pyspy", daemon=True)
+        self._thread.start()
+
+    def poll(self) -> list[object]:
+        out: list[object] = []
+        while True:
+            try:
+                out.append(self._events.get_nowait())
+            except queue.Empty:
+                return out
+
+    def stop(self) -> None:
+        self._stop.set()
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            try:
+                proc.send_signal(signal.SIGINT)
+            except OSError:
+                pass
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+        self._tmpdir.cleanup()
+
+    # -- the sampling loop ----------------------------------------------------------------------
+    def _status(self, state: str, message: str) -> None:
+        self._events.put(CollectorStatus(time.time(), self.name, state, message))
+
+    def _run(self) -> None:
+        self._status("running", f"{self.rate_hz:g} Hz, all threads")
+        out_path = os.path.join(self._tmpdir.name, "window.txt")
+        failures = 0
+        while not self._stop.is_set():
+            if self.paused.is_set():
+                self._stop.wait(0.1)
+                continue
+            ok, text = self._one_window(out_path)
+            if self._stop.is_set() and not ok:
+                break
+            if not ok:
+                if not pid_alive(self.pid):
+                    self._events.put(TargetExited(time.time()))
+                    self._status("stopped", "target exited")
+                    return
+                failures += 1
+                err = classify_pyspy_failure(self.pid, text)
+                self._status("failed" if failures >= 3 else "running", f"py-spy: {err}")
+                if failures >= 3:
+                    return
+                self._stop.wait(0.5)
+            else:
+                failures = 0
+        self._status("stopped", "detached")
+
+    def _one_window(self, out_path: str) -> tuple[bool, str]:
+        try:
+            os.unlink(out_path)
+        except FileNotFoundError:
+            pass
+        cmd = [
+            self._pyspy, "record", "--pid", str(self.pid), "--rate", f"{self.rate_hz:g}",
+            "--format", "raw", "--threads", "--full-filenames", "-o", out_path,
+        ]  # fmt: skip
+        t_start = time.time()
+        try:
+            self._proc = proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                start_new_session=True,  # a Ctrl-C in our terminal must not reach py-spy
+            )
+        except OSError as exc:
+            return False, f"Error: cannot start py-spy: {exc}"
+        self._stop.wait(self.window_s)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+        try:
+            out, _ = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, _ = proc.communicate()
+        t_end = time.time()
+        if proc.returncode != 0 or not os.path.exists(out_path):
+            return False, out
+        with open(out_path, encoding="utf-8", errors="replace") as fh:
+            rows, bad = parse_raw(fh.read())
+        m = _SUMMARY_RE.search(out)
+        errors = int(m.group(2)) if m else 0
+        lag = max((float(x) for x in _BEHIND_RE.findall(out)), default=0.0)
+        ticks = max(1, round((t_end - t_start) * self.rate_hz))
+        self._events.put(
+            RawSampleWindow(
+                t_start, t_end, self.rate_hz, ticks, tuple(rows), errors + bad, lag
+            )
+        )
+        return True, out

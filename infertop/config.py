@@ -1,0 +1,175 @@
+"""Defaults in one place, and loading of the user's TOML config.
+
+A config file looks like::
+
+    [collect]
+    rate = 100          # py-spy samples per second
+    window = 1.0        # seconds per py-spy window
+
+    [stages]            # extra stage rules, tried before the defaults
+    preprocess = ["*server.py:encode_batch", "parse_request"]
+    retrieval = ["*/faiss/*:*"]
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from infertop.errors import UsageError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+#: The stages every report lists, in pipeline order. Users may add their own names.
+STAGES: tuple[str, ...] = (
+    "preprocess",
+    "queue",
+    "forward",
+    "sync",
+    "postprocess",
+    "serialize",
+    "other",
+    "idle",
+)
+
+#: Default stage rules, ``(stage, pattern)``: pattern is ``FUNC_GLOB`` or ``FILE_GLOB:FUNC_GLOB``.
+#: For each frame, innermost first, the first rule that matches decides. Order matters only
+#: between rules that can match the same frame (decode before the tokenizer catch-all, say).
+DEFAULT_STAGE_RULES: tuple[tuple[str, str], ...] = (
+    # request parsing and tokenizers (decode side is postprocess)
+    ("postprocess", "*detokeniz*"),
+    ("postprocess", "*tokeniz*:*decode*"),
+    ("postprocess", "*/tokenizers/*:*decode*"),
+    ("preprocess", "*/tokenizers/*:*"),
+    ("preprocess", "*/transformers/tokenization_*:*"),
+    ("preprocess", "*/transformers/models/*/tokenization_*:*"),
+    ("preprocess", "*/sentencepiece/*:*"),
+    ("preprocess", "*/tiktoken/*:*"),
+    ("preprocess", "*tokeniz*:*"),
+    ("preprocess", "*/transformers/image_processing_*:*"),
+    ("preprocess", "*/torchvision/transforms/*:*"),
+    ("preprocess", "*/PIL/*:*"),
+    ("preprocess", "*/json/decoder.py:*"),
+    ("preprocess", "*/json/__init__.py:load*"),
+    ("preprocess", "*tokenize*"),
+    ("preprocess", "*preprocess*"),
+    ("preprocess", "*parse_request*"),
+    # serialization of results
+    ("serialize", "*/json/encoder.py:*"),
+    ("serialize", "*/json/__init__.py:dump*"),
+    ("serialize", "*/orjson/*:*"),
+    ("serialize", "*/msgpack/*:*"),
+    ("serialize", "*/pickle.py:*"),
+    ("serialize", "*/copyreg.py:*"),
+    ("serialize", "*/google/protobuf/*:*"),
+    ("serialize", "*serializ*"),
+    ("serialize", "*to_json*"),
+    # host blocked on the device
+    ("sync", "*/torch/cuda/*:*synchronize*"),
+    ("sync", "*/torch/cuda/streams.py:*.synchronize"),
+    ("sync", "*/torch/cuda/streams.py:*.wait*"),
+    # logits processing, sampling, decoding
+    ("postprocess", "*/transformers/generation/logits_process.py:*"),
+    ("postprocess", "*/transformers/generation/stopping_criteria.py:*"),
+    ("postprocess", "*postprocess*"),
+    ("postprocess", "*logits*"),
+    ("postprocess", "*sample_next*"),
+    ("postprocess", "*sample_token*"),
+    ("postprocess", "*decode*"),
+    # the model
+    ("forward", "*/torch/nn/modules/*:*"),
+    ("forward", "*/torch/_dynamo/*:*"),
+    ("forward", "*/torch/_inductor/*:*"),
+    ("forward", "*/torch/fx/*:*"),
+    ("forward", "*/torch/jit/*:*"),
+    ("forward", "*/transformers/models/*:*"),
+    ("forward", "*/transformers/generation/utils.py:*"),
+    ("forward", "*forward"),
+    ("forward", "*generate"),
+    # waiting for work or for a batch
+    ("queue", "*/queue.py:*.get"),
+    ("queue", "*/queue.py:*.put"),
+    ("queue", "*/threading.py:Condition.wait*"),
+    ("queue", "*/threading.py:Event.wait"),
+    ("queue", "*/asyncio/queues.py:*"),
+    ("queue", "*/selectors.py:*.select"),
+    ("queue", "*/concurrent/futures/_base.py:*.result"),
+    ("queue", "*/multiprocessing/queues.py:*.get"),
+)
+
+
+@dataclass(frozen=True)
+class CollectConfig:
+    rate_hz: float = 100.0
+    window_s: float = 1.0
+    history_windows: int = 120  # windows kept for the stage history sparkline
+
+
+@dataclass(frozen=True)
+class Config:
+    collect: CollectConfig = field(default_factory=CollectConfig)
+    #: user rules, tried before the defaults: ``(stage, pattern)``
+    stage_rules: tuple[tuple[str, str], ...] = ()
+
+    def with_stage_args(self, args: list[str]) -> Config:
+        """Add ``--stage NAME=PATTERN`` arguments (they go before the file's rules)."""
+        return replace(self, stage_rules=tuple(parse_stage_arg(a) for a in args) + self.stage_rules)
+
+
+def parse_stage_arg(arg: str) -> tuple[str, str]:
+    name, sep, pattern = arg.partition("=")
+    name, pattern = name.strip(), pattern.strip()
+    if not sep or not name or not pattern:
+        raise UsageError(
+            f"bad --stage {arg!r}",
+            "write NAME=PATTERN, e.g. --stage preprocess='*server.py:encode_batch'",
+        )
+    if not name.replace("_", "").replace("-", "").isalnum() or name == "idle":
+        raise UsageError(f"bad stage name {name!r} in --stage", "use letters, digits, '_', '-'")
+    return name, pattern
+
+
+def load_config(path: str | None) -> Config:
+    """Read a TOML config; no path means the defaults."""
+    if path is None:
+        return Config()
+    try:
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"config file {path} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read config file {path}: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"config file {path} is not valid TOML: {exc}") from None
+    collect = CollectConfig()
+    raw_collect = data.get("collect", {})
+    if not isinstance(raw_collect, dict):
+        raise UsageError(f"{path}: [collect] must be a table")
+    try:
+        if "rate" in raw_collect:
+            collect = replace(collect, rate_hz=_positive(raw_collect["rate"], "collect.rate", path))
+        if "window" in raw_collect:
+            collect = replace(collect, window_s=_positive(raw_collect["window"], "collect.window", path))
+    except (TypeError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+    rules: list[tuple[str, str]] = []
+    raw_stages = data.get("stages", {})
+    if not isinstance(raw_stages, dict):
+        raise UsageError(f"{path}: [stages] must be a table of NAME = [PATTERN, ...]")
+    for name, patterns in raw_stages.items():
+        if isinstance(patterns, str):
+            patterns = [patterns]
+        if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns):
+            raise UsageError(f"{path}: stages.{name} must be a pattern or a list of patterns")
+        rules.extend(parse_stage_arg(f"{name}={p}") for p in patterns)
+    return Config(collect=collect, stage_rules=tuple(rules))
+
+
+def _positive(value: object, key: str, path: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise ValueError(f"{path}: {key} must be a positive number, not {value!r}")
+    return float(value)

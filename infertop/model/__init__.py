@@ -1,0 +1,1 @@
+"""Typed events and the session timeline: what collectors produce and analysis consumes."""

@@ -1,0 +1,125 @@
+"""The events that flow from collectors to the session (and into recordings).
+
+Events are small frozen dataclasses. Stacks are interned: a ``SampleWindow`` refers to stack ids,
+and ``FrameDef`` / ``StackDef`` events define ids the first time they are used, so a recording is
+just the event stream written in order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Union
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One Python frame: function (qualified name), file path and current line."""
+
+    function: str
+    file: str
+    line: int
+
+    @property
+    def short_file(self) -> str:
+        """The last two path components: enough to recognise, short enough to show."""
+        parts = self.file.replace("\\", "/").rsplit("/", 2)
+        return "/".join(parts[-2:]) if len(parts) > 1 else self.file
+
+    def label(self) -> str:
+        return f"{self.function} ({self.short_file}:{self.line})"
+
+
+@dataclass(frozen=True, slots=True)
+class TargetInfo:
+    """What we know about the process under observation."""
+
+    pid: int | None
+    cmdline: str | None = None
+    python: str | None = None
+    torch: str | None = None
+    started: float = 0.0  # unix time the session began
+
+
+@dataclass(frozen=True, slots=True)
+class FrameDef:
+    frame_id: int
+    frame: Frame
+
+
+@dataclass(frozen=True, slots=True)
+class StackDef:
+    """Stack ``stack_id`` is ``frames`` (frame ids, root first)."""
+
+    stack_id: int
+    frames: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadDef:
+    tid: int
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class SampleWindow:
+    """Active-thread samples gathered over [t_start, t_end) (unix seconds).
+
+    ``counts`` holds (thread id, stack id, sample count). ``ticks`` is how many times the sampler
+    looked at the process, so idle thread time is ``ticks * threads - active samples``.
+    """
+
+    t_start: float
+    t_end: float
+    rate_hz: float
+    ticks: int
+    counts: tuple[tuple[int, int, int], ...]
+    errors: int = 0
+    lag_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class CollectorStatus:
+    """Health of one collector, shown in the status line: lag and errors are data, not crashes."""
+
+    t: float
+    collector: str
+    state: str  # "running" | "stopped" | "unavailable" | "failed"
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class StageSpan:
+    """One call of a stage with known boundaries (annotations, agent-timed functions)."""
+
+    tid: int
+    stage: str
+    t_start: float
+    t_end: float
+
+
+@dataclass(frozen=True, slots=True)
+class TargetExited:
+    t: float
+    reason: str = "the target process exited"
+
+
+@dataclass(frozen=True, slots=True)
+class Marker:
+    """A note on the timeline (recording started, paused, user mark)."""
+
+    t: float
+    text: str
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+Event = Union[
+    TargetInfo,
+    FrameDef,
+    StackDef,
+    ThreadDef,
+    SampleWindow,
+    CollectorStatus,
+    StageSpan,
+    TargetExited,
+    Marker,
+]

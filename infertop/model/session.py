@@ -1,0 +1,139 @@
+"""The session timeline: every event in order, with per-window stage counts kept as it grows.
+
+Live collection and replay feed the same ``Session`` (``apply``), so every view works on both.
+Interning of raw py-spy windows into frame/stack ids happens here too (``intern``), which is
+where definition events for the recording come from.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+from infertop.analysis.stages import IDLE, StageClassifier
+from infertop.model.events import (
+    CollectorStatus,
+    Event,
+    FrameDef,
+    Marker,
+    SampleWindow,
+    StackDef,
+    StageSpan,
+    TargetExited,
+    TargetInfo,
+    ThreadDef,
+)
+from infertop.model.symbols import SymbolTable
+
+
+@dataclass(slots=True)
+class WindowSummary:
+    """One sample window with its stage counts, computed once at ingest."""
+
+    window: SampleWindow
+    stage_counts: dict[str, int]
+    active: int
+    idle: int
+
+
+@dataclass
+class Session:
+    classifier: StageClassifier = field(default_factory=StageClassifier)
+    target: TargetInfo = field(default_factory=lambda: TargetInfo(pid=None))
+    symbols: SymbolTable = field(default_factory=SymbolTable)
+    threads: dict[int, str] = field(default_factory=dict)
+    windows: list[WindowSummary] = field(default_factory=list)
+    spans: list[StageSpan] = field(default_factory=list)
+    statuses: dict[str, CollectorStatus] = field(default_factory=dict)
+    markers: list[Marker] = field(default_factory=list)
+    exited: TargetExited | None = None
+    _window_ends: list[float] = field(default_factory=list)
+
+    # -- building ---------------------------------------------------------------------------
+    def intern(self, raw: object) -> list[Event]:
+        """Turn a collector's raw window into definition events plus a ``SampleWindow``."""
+        from infertop.collect.pyspy import RawSampleWindow
+
+        if not isinstance(raw, RawSampleWindow):
+            return [raw]  # type: ignore[list-item]
+        new: list[Event] = []
+        counts: dict[tuple[int, int], int] = {}
+        for tid, name, frames, n in raw.counts:
+            if tid not in self.threads or (name and self.threads[tid] != name):
+                new.append(ThreadDef(tid, name))
+                self.threads[tid] = name
+            fids = tuple(self.symbols.frame_id(f, new) for f in frames)  # type: ignore[arg-type]
+            sid = self.symbols.stack_id(fids, new)  # type: ignore[arg-type]
+            counts[(tid, sid)] = counts.get((tid, sid), 0) + n
+        new.append(
+            SampleWindow(
+                raw.t_start,
+                raw.t_end,
+                raw.rate_hz,
+                raw.ticks,
+                tuple((t, s, n) for (t, s), n in counts.items()),
+                raw.errors,
+                raw.lag_s,
+            )
+        )
+        return new
+
+    def apply(self, ev: Event) -> None:
+        """Add one event to the timeline. Definitions made by ``intern`` are already known."""
+        if isinstance(ev, SampleWindow):
+            self._add_window(ev)
+        elif isinstance(ev, FrameDef):
+            if ev.frame_id == len(self.symbols.frames):
+                self.symbols.define_frame(ev)
+        elif isinstance(ev, StackDef):
+            if ev.stack_id == len(self.symbols.stacks):
+                self.symbols.define_stack(ev)
+        elif isinstance(ev, ThreadDef):
+            self.threads[ev.tid] = ev.name
+        elif isinstance(ev, CollectorStatus):
+            self.statuses[ev.collector] = ev
+        elif isinstance(ev, StageSpan):
+            self.spans.append(ev)
+        elif isinstance(ev, TargetInfo):
+            self.target = ev
+        elif isinstance(ev, TargetExited):
+            self.exited = ev
+        elif isinstance(ev, Marker):
+            self.markers.append(ev)
+
+    def stage_of(self, stack_id: int) -> str:
+        return self.classifier.stage_of(stack_id, self.symbols.stack_frames(stack_id))
+
+    def _add_window(self, w: SampleWindow) -> None:
+        stage_counts: dict[str, int] = {}
+        active = 0
+        for _tid, sid, n in w.counts:
+            stage = self.stage_of(sid)
+            stage_counts[stage] = stage_counts.get(stage, 0) + n
+            active += n
+        idle = max(0, w.ticks * max(1, len(self.threads)) - active)
+        stage_counts[IDLE] = idle
+        self.windows.append(WindowSummary(w, stage_counts, active, idle))
+        self._window_ends.append(w.t_end)
+
+    # -- reading ----------------------------------------------------------------------------
+    @property
+    def t_first(self) -> float:
+        return self.windows[0].window.t_start if self.windows else self.target.started
+
+    @property
+    def t_last(self) -> float:
+        return self.windows[-1].window.t_end if self.windows else self.target.started
+
+    def windows_between(self, t0: float | None, t1: float | None) -> list[WindowSummary]:
+        """Windows that end in (t0, t1]; None means open-ended."""
+        lo = 0 if t0 is None else bisect.bisect_right(self._window_ends, t0)
+        hi = len(self.windows) if t1 is None else bisect.bisect_right(self._window_ends, t1)
+        return self.windows[lo:hi]
+
+    def spans_between(self, t0: float | None, t1: float | None) -> list[StageSpan]:
+        return [
+            s
+            for s in self.spans
+            if (t0 is None or s.t_end > t0) and (t1 is None or s.t_end <= t1)
+        ]

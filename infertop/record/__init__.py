@@ -1,0 +1,1 @@
+"""Recordings: the ``.infertop`` file format, its writer and its reader."""

@@ -1,0 +1,76 @@
+"""Reading recordings: every event up to the end or to the first damaged record."""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+
+import msgpack
+
+from infertop.errors import BadInputFile
+from infertop.model.events import Event
+from infertop.record.format import HEADER, MAGIC, MAJOR, MAX_RECORD, RECORD, decode_event
+
+
+@dataclass
+class Recording:
+    path: str
+    version: tuple[int, int]
+    events: list[Event] = field(default_factory=list)
+    warning: str | None = None  # set when the file was damaged or cut short
+
+
+def read_recording(path: str) -> Recording:
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except FileNotFoundError:
+        raise BadInputFile(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise BadInputFile(f"{path} is a directory, not a recording") from None
+    except OSError as exc:
+        raise BadInputFile(f"cannot read {path}: {exc.strerror}") from None
+    return parse_recording(data, path)
+
+
+def parse_recording(data: bytes, path: str = "<bytes>") -> Recording:
+    if len(data) < HEADER.size or not data.startswith(MAGIC):
+        raise BadInputFile(
+            f"{path} is not an infertop recording",
+            "recordings are made by `infertop record` or `attach --record`; "
+            "for torch.profiler traces use `infertop report TRACE.json`",
+        )
+    _, major, minor = HEADER.unpack_from(data)
+    if major > MAJOR:
+        raise BadInputFile(
+            f"{path} is recording format {major}.{minor}, newer than this infertop reads ({MAJOR}.x)",
+            "upgrade infertop: pip install -U infertop",
+        )
+    rec = Recording(path, (major, minor))
+    pos = HEADER.size
+    while pos < len(data):
+        problem = None
+        if pos + RECORD.size > len(data):
+            problem = "cut short inside a record header"
+        else:
+            length, crc = RECORD.unpack_from(data, pos)
+            start, end = pos + RECORD.size, pos + RECORD.size + length
+            if length > MAX_RECORD or end > len(data):
+                problem = "cut short inside a record"
+            elif zlib.crc32(data[start:end]) != crc:
+                problem = "a damaged record (checksum mismatch)"
+            else:
+                try:
+                    batch = msgpack.unpackb(data[start:end], raw=False, strict_map_key=False)
+                    if not isinstance(batch, list):
+                        raise ValueError("record is not a list")
+                    events = [decode_event(e) for e in batch]
+                except Exception as exc:  # malformed payload that passed the CRC
+                    problem = f"a malformed record ({type(exc).__name__})"
+                else:
+                    rec.events.extend(e for e in events if e is not None)
+                    pos = end
+                    continue
+        rec.warning = f"{path}: {problem} at byte {pos}; read what came before it"
+        break
+    return rec

@@ -1,0 +1,209 @@
+"""Where a session's events come from: a live target or a recording. Views see no difference.
+
+``LiveSource`` runs the collectors, interns their data into the session and appends it to a
+recording when one is on. ``ReplaySource`` feeds a recording's events into a fresh session up
+to a playhead that plays, pauses and seeks.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from infertop.analysis.stages import StageClassifier
+from infertop.collect.base import Collector
+from infertop.collect.pyspy import PySpyCollector
+from infertop.config import Config
+from infertop.model.events import (
+    CollectorStatus,
+    Event,
+    FrameDef,
+    Marker,
+    SampleWindow,
+    StackDef,
+    StageSpan,
+    TargetExited,
+    TargetInfo,
+    ThreadDef,
+)
+from infertop.model.session import Session
+from infertop.record.reader import Recording
+from infertop.record.writer import RecordingWriter
+
+
+class LiveSource:
+    kind = "live"
+
+    def __init__(
+        self,
+        target: TargetInfo,
+        config: Config,
+        collectors: Sequence[Collector] | None = None,
+        record_path: str | None = None,
+        notes: Sequence[str] = (),
+    ) -> None:
+        self.config = config
+        self.session = Session(classifier=StageClassifier(config.stage_rules))
+        self.session.apply(target)
+        assert target.pid is not None
+        self.collectors: list[Collector] = list(
+            collectors
+            if collectors is not None
+            else [PySpyCollector(target.pid, config.collect.rate_hz, config.collect.window_s)]
+        )
+        self.notes = tuple(notes)
+        self.writer: RecordingWriter | None = None
+        if record_path:
+            self.start_recording(record_path)
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def start(self) -> None:
+        for c in self.collectors:
+            c.start()
+
+    def stop(self) -> None:
+        for c in self.collectors:
+            c.stop()
+        self.pump()  # what the collectors flushed on the way out
+        self.stop_recording()
+
+    def pump(self) -> bool:
+        """Move new collector data into the session (and the recording). True if anything came."""
+        batch: list[Event] = []
+        for c in self.collectors:
+            for raw in c.poll():
+                for ev in self.session.intern(raw):
+                    self.session.apply(ev)
+                    batch.append(ev)
+        if batch and self.writer is not None:
+            self.writer.write(batch)
+        return bool(batch)
+
+    @property
+    def done(self) -> bool:
+        return self.session.exited is not None
+
+    # -- recording --------------------------------------------------------------------------
+    @property
+    def recording_path(self) -> str | None:
+        return self.writer.path if self.writer else None
+
+    def start_recording(self, path: str) -> None:
+        """Start writing; a recording begun mid-session starts with everything defined so far."""
+        self.stop_recording()
+        self.writer = RecordingWriter(path)
+        s = self.session
+        prelude: list[Event] = [s.target]
+        prelude += [ThreadDef(tid, name) for tid, name in s.threads.items()]
+        prelude += [FrameDef(i, f) for i, f in enumerate(s.symbols.frames)]
+        prelude += [StackDef(i, st) for i, st in enumerate(s.symbols.stacks)]
+        prelude += list(s.statuses.values())
+        prelude.append(Marker(time.time(), "recording started"))
+        self.writer.write(prelude)
+
+    def stop_recording(self) -> None:
+        if self.writer is not None:
+            if self.session.exited is not None:
+                self.writer.write([self.session.exited])
+            self.writer.close()
+            self.writer = None
+
+
+def event_time(ev: Event) -> float | None:
+    if isinstance(ev, SampleWindow):
+        return ev.t_end
+    if isinstance(ev, StageSpan):
+        return ev.t_end
+    if isinstance(ev, (CollectorStatus, TargetExited, Marker)):
+        return ev.t
+    return None
+
+
+class ReplaySource:
+    """Plays a recording into a session; the playhead is seconds from the recording's start."""
+
+    kind = "replay"
+
+    def __init__(self, recording: Recording, config: Config) -> None:
+        self.recording = recording
+        self.config = config
+        self.events = recording.events
+        # each untimed event (definitions) takes the time of the next timed one
+        times: list[float] = []
+        pending = 0
+        last = 0.0
+        for ev in self.events:
+            t = event_time(ev)
+            if t is None:
+                pending += 1
+                continue
+            times.extend([t] * (pending + 1))
+            pending = 0
+            last = t
+        times.extend([last] * pending)
+        self.times = times
+        windows = [e for e in self.events if isinstance(e, SampleWindow)]
+        target = next((e for e in self.events if isinstance(e, TargetInfo)), None)
+        self.t0 = windows[0].t_start if windows else (target.started if target else 0.0)
+        self.t1 = max((t for t in times), default=self.t0)
+        self.t1 = max(self.t1, self.t0)
+        self.playing = False
+        self.speed = 1.0
+        self._last_wall = time.monotonic()
+        self.position = 0.0
+        self.notes: tuple[str, ...] = (recording.warning,) if recording.warning else ()
+        self._reset()
+        self.seek(self.length)  # open at the end: the whole recording, like a finished live view
+
+    @property
+    def length(self) -> float:
+        return self.t1 - self.t0
+
+    def _reset(self) -> None:
+        self.session = Session(classifier=StageClassifier(self.config.stage_rules))
+        self._next = 0
+
+    def seek(self, position: float) -> None:
+        position = min(max(0.0, position), self.length)
+        if position < self.position or self._next == 0:
+            self._reset()
+        self.position = position
+        self._advance_to(self.t0 + position)
+
+    def _advance_to(self, t: float) -> None:
+        s, events, times = self.session, self.events, self.times
+        i = self._next
+        while i < len(events) and times[i] <= t + 1e-9:
+            s.apply(events[i])
+            i += 1
+        self._next = i
+
+    def toggle_play(self) -> None:
+        if not self.playing and self.position >= self.length:
+            self.seek(0.0)
+        self.playing = not self.playing
+        self._last_wall = time.monotonic()
+
+    def pump(self) -> bool:
+        now = time.monotonic()
+        elapsed, self._last_wall = now - self._last_wall, now
+        if not self.playing:
+            return False
+        self.seek(self.position + elapsed * self.speed)
+        if self.position >= self.length:
+            self.playing = False
+        return True
+
+    @property
+    def t(self) -> float:
+        return self.t0 + self.position
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+    @property
+    def done(self) -> bool:
+        return False

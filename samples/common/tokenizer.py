@@ -1,0 +1,231 @@
+"""A small byte-level BPE tokenizer in pure Python.
+
+The vocabulary is learned at start-up from ``corpus.txt`` (a few hundred lines of prose):
+256 byte tokens, then up to ``num_merges`` learned merges, then three special tokens
+(``<pad>``, ``<bos>``, ``<eos>``). Because the base alphabet is bytes, any string
+round-trips: ``decode(encode(s)) == s`` for every ``str`` (characters the corpus never
+saw are simply spelled as their UTF-8 bytes).
+
+Naming matters here: the samples are profiled by infertop, whose rules attribute frames of
+this file to a stage by function name. Everything on the encode side lives in functions whose
+names contain ``encode``; everything on the decode side in functions containing ``decode``.
+Vocabulary training uses neither word.
+
+``slow=True`` makes ``encode`` deliberately wasteful (no cache, and every word re-scanned
+once per merge in rank order), the shape of a naive tokenizer that dominates preprocessing.
+"""
+
+from __future__ import annotations
+
+import heapq
+import re
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+CORPUS_PATH = Path(__file__).with_name("corpus.txt")
+
+# GPT-2-like pre-tokenization: an optional leading space glued to a run of letters, digits,
+# underscores or other symbols; whitespace runs otherwise. The alternatives cover every
+# character, so joining the pieces gives back the input exactly.
+_PIECE_RE = re.compile(r" ?[^\W\d_]+| ?\d+| ?_+| ?[^\s\w]+|\s+(?!\S)|\s+")
+
+PAD, BOS, EOS = "<pad>", "<bos>", "<eos>"
+
+
+def _split_pieces(text: str) -> list[str]:
+    pieces = _PIECE_RE.findall(text)
+    if sum(map(len, pieces)) != len(text):  # cannot happen for str input; be safe anyway
+        return [text]
+    return pieces
+
+
+class Tokenizer:
+    """Byte-level BPE; build with ``Tokenizer()`` (learns merges from the bundled corpus)."""
+
+    def __init__(
+        self,
+        corpus: str | None = None,
+        num_merges: int = 2000,
+        slow: bool = False,
+        min_frequency: int = 2,
+    ) -> None:
+        if corpus is None:
+            corpus = CORPUS_PATH.read_text(encoding="utf-8")
+        self.slow = slow
+        self.merges: list[tuple[int, int]] = self._learn_merges(corpus, num_merges, min_frequency)
+        # (left, right) -> merged id; merged id 256 + rank, so lower id == higher priority.
+        self.merge_ids: dict[tuple[int, int], int] = {
+            pair: 256 + rank for rank, pair in enumerate(self.merges)
+        }
+        self.token_bytes: list[bytes] = [bytes([b]) for b in range(256)]
+        for left, right in self.merges:
+            self.token_bytes.append(self.token_bytes[left] + self.token_bytes[right])
+        self.pad_id = len(self.token_bytes)
+        self.bos_id = self.pad_id + 1
+        self.eos_id = self.pad_id + 2
+        self.specials = {self.pad_id: PAD, self.bos_id: BOS, self.eos_id: EOS}
+        self._token_text_cache: dict[int, str] = {}
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.token_bytes) + len(self.specials)
+
+    # ------------------------------------------------------------------ training
+    @staticmethod
+    def _learn_merges(corpus: str, num_merges: int, min_frequency: int) -> list[tuple[int, int]]:
+        """Classic BPE training over unique pieces, with incremental pair counts and a heap."""
+        piece_counts = Counter(_split_pieces(corpus))
+        words: list[list[int]] = [list(p.encode("utf-8")) for p in piece_counts]
+        freqs: list[int] = list(piece_counts.values())
+
+        pair_counts: dict[tuple[int, int], int] = defaultdict(int)
+        where: dict[tuple[int, int], set[int]] = defaultdict(set)
+        for wi, symbols in enumerate(words):
+            f = freqs[wi]
+            for pair in zip(symbols, symbols[1:]):
+                pair_counts[pair] += f
+                where[pair].add(wi)
+
+        # Max-heap keyed by (count, then smallest pair for determinism); stale entries are
+        # skipped when popped.
+        heap = [(-c, pair) for pair, c in pair_counts.items()]
+        heapq.heapify(heap)
+        merges: list[tuple[int, int]] = []
+        next_id = 256
+        while len(merges) < num_merges and heap:
+            neg, pair = heapq.heappop(heap)
+            count = pair_counts.get(pair, 0)
+            if count != -neg:
+                if count > 0:
+                    heapq.heappush(heap, (-count, pair))
+                continue
+            if count < min_frequency:
+                break
+            merges.append(pair)
+            new_id = next_id
+            next_id += 1
+            left, right = pair
+            touched: set[tuple[int, int]] = set()
+            for wi in list(where.pop(pair, ())):
+                symbols = words[wi]
+                f = freqs[wi]
+                for p in zip(symbols, symbols[1:]):
+                    pair_counts[p] -= f
+                    touched.add(p)
+                merged: list[int] = []
+                i = 0
+                n = len(symbols)
+                while i < n:
+                    if i + 1 < n and symbols[i] == left and symbols[i + 1] == right:
+                        merged.append(new_id)
+                        i += 2
+                    else:
+                        merged.append(symbols[i])
+                        i += 1
+                words[wi] = merged
+                for p in zip(merged, merged[1:]):
+                    pair_counts[p] += f
+                    where[p].add(wi)
+                    touched.add(p)
+            pair_counts.pop(pair, None)
+            for p in touched:
+                c = pair_counts.get(p, 0)
+                if c > 0:
+                    heapq.heappush(heap, (-c, p))
+                else:
+                    pair_counts.pop(p, None)
+        return merges
+
+    # ------------------------------------------------------------------ encode side
+    def encode(self, text: str, add_bos: bool = False) -> list[int]:
+        """Token ids for ``text`` (optionally prefixed with ``<bos>``)."""
+        ids: list[int] = [self.bos_id] if add_bos else []
+        encode_piece = self._encode_piece_slow if self.slow else self._encode_piece
+        for piece in _split_pieces(text):
+            ids.extend(encode_piece(piece))
+        return ids
+
+    def _encode_piece(self, piece: str) -> list[int]:
+        """Standard BPE: repeatedly merge the adjacent pair with the lowest merge rank."""
+        symbols = list(piece.encode("utf-8"))
+        merge_ids = self.merge_ids
+        while len(symbols) > 1:
+            best = None
+            for pair in zip(symbols, symbols[1:]):
+                mid = merge_ids.get(pair)
+                if mid is not None and (best is None or mid < best):
+                    best = mid
+            if best is None:
+                break
+            left, right = self.merges[best - 256]
+            merged: list[int] = []
+            i = 0
+            n = len(symbols)
+            while i < n:
+                if i + 1 < n and symbols[i] == left and symbols[i + 1] == right:
+                    merged.append(best)
+                    i += 2
+                else:
+                    merged.append(symbols[i])
+                    i += 1
+            symbols = merged
+        return symbols
+
+    def _encode_piece_slow(self, piece: str) -> list[int]:
+        """Naive BPE: walk the whole merge list in rank order, re-scanning the piece each time."""
+        symbols = list(piece.encode("utf-8"))
+        for rank, (left, right) in enumerate(self.merges):
+            if len(symbols) < 2:
+                break
+            i = 0
+            while i < len(symbols) - 1:
+                if symbols[i] == left and symbols[i + 1] == right:
+                    symbols[i : i + 2] = [256 + rank]
+                i += 1
+        return symbols
+
+    def encode_batch(
+        self,
+        texts: Sequence[str],
+        max_length: int | None = None,
+        add_bos: bool = True,
+    ) -> tuple[list[list[int]], list[int]]:
+        """Encode and left-pad a batch.
+
+        Returns ``(rows, lengths)``: every row has the same length, padded on the left with
+        ``pad_id``; prompts longer than ``max_length`` keep their last ``max_length`` tokens.
+        """
+        encoded = [self.encode(t, add_bos=add_bos) for t in texts]
+        if max_length is not None:
+            encoded = [ids[-max_length:] for ids in encoded]
+        width = max((len(ids) for ids in encoded), default=0)
+        rows = [[self.pad_id] * (width - len(ids)) + ids for ids in encoded]
+        return rows, [len(ids) for ids in encoded]
+
+    # ------------------------------------------------------------------ decode side
+    def decode(self, ids: Iterable[int], skip_special: bool = True) -> str:
+        """Text for ``ids``; invalid UTF-8 (from sampling mid-character) becomes U+FFFD."""
+        parts: list[bytes] = []
+        token_bytes = self.token_bytes
+        n = len(token_bytes)
+        for i in ids:
+            if 0 <= i < n:
+                parts.append(token_bytes[i])
+            elif not skip_special and i in self.specials:
+                parts.append(self.specials[i].encode("ascii"))
+        return b"".join(parts).decode("utf-8", errors="replace")
+
+    def decode_batch(self, batch: Iterable[Iterable[int]]) -> list[str]:
+        return [self.decode(ids) for ids in batch]
+
+    def decode_token(self, token_id: int) -> str:
+        """Display text of one token (memoized); specials as their names."""
+        text = self._token_text_cache.get(token_id)
+        if text is None:
+            if token_id in self.specials:
+                text = self.specials[token_id]
+            else:
+                text = self.decode([token_id])
+            self._token_text_cache[token_id] = text
+        return text
