@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from infertop.analysis.stages import StageClassifier
 from infertop.collect.base import Collector
+from infertop.collect.nvml import probe_nvml
 from infertop.collect.pyspy import PySpyCollector
 from infertop.config import Config
 from infertop.model.events import (
@@ -45,6 +46,7 @@ class LiveSource:
         self.config = config
         self.session = Session(classifier=StageClassifier(config.stage_rules))
         self.session.apply(target)
+        self.session.apply(probe_nvml())
         assert target.pid is not None
         self.collectors: list[Collector] = list(
             collectors

@@ -8,6 +8,7 @@ threads are left out by py-spy; the session derives idle time from ticks × thre
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import re
@@ -25,6 +26,7 @@ _THREAD_RE = re.compile(r"^thread \((0x[0-9a-fA-F]+|\d+)\)(?:: (.*))?$")
 _FRAME_RE = re.compile(r"^(.*) \((.*?)(?::(\d+))?\)$")
 _SUMMARY_RE = re.compile(r"Samples: (\d+) Errors: (\d+)")
 _BEHIND_RE = re.compile(r"([\d.]+)s behind in sampling")
+THREAD_REFRESH_WINDOWS = 5  # a ``py-spy dump`` (~30 ms) every this many windows
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +40,7 @@ class RawSampleWindow:
     counts: tuple[tuple[int, str, tuple[Frame, ...], int], ...]  # (tid, thread name, stack, n)
     errors: int = 0
     lag_s: float = 0.0
+    threads: int = 0  # Python threads alive (from the latest ``py-spy dump``), 0 if unknown
 
 
 def parse_frame(text: str) -> Frame:
@@ -93,6 +96,8 @@ class PySpyCollector:
         self._tmpdir = tempfile.TemporaryDirectory(prefix="infertop-pyspy-")
         self._pyspy = find_pyspy()
         self.paused = threading.Event()
+        self._threads = 0
+        self._names: dict[int, str] = {}
 
     # -- Collector protocol -------------------------------------------------------------------
     def start(self) -> None:
@@ -129,7 +134,11 @@ class PySpyCollector:
         self._status("running", f"{self.rate_hz:g} Hz, all threads")
         out_path = os.path.join(self._tmpdir.name, "window.txt")
         failures = 0
+        n_window = 0
         while not self._stop.is_set():
+            if n_window % THREAD_REFRESH_WINDOWS == 0:
+                self._threads = self._count_threads() or self._threads
+            n_window += 1
             if self.paused.is_set():
                 self._stop.wait(0.1)
                 continue
@@ -150,6 +159,21 @@ class PySpyCollector:
             else:
                 failures = 0
         self._status("stopped", "detached")
+
+    def _count_threads(self) -> int:
+        """Python threads alive, idle ones included (``py-spy record`` omits those)."""
+        try:
+            proc = subprocess.run(
+                [self._pyspy, "dump", "--json", "--pid", str(self.pid)],
+                capture_output=True, text=True, timeout=10, stdin=subprocess.DEVNULL,
+            )  # fmt: skip
+            threads = json.loads(proc.stdout) if proc.returncode == 0 else []
+        except (OSError, subprocess.TimeoutExpired, ValueError):
+            return 0
+        for th in threads if isinstance(threads, list) else []:
+            if isinstance(th, dict) and isinstance(th.get("os_thread_id"), int):
+                self._names[th["os_thread_id"]] = str(th.get("thread_name") or "")
+        return len(threads) if isinstance(threads, list) else 0
 
     def _one_window(self, out_path: str) -> tuple[bool, str]:
         try:
@@ -191,7 +215,14 @@ class PySpyCollector:
         ticks = max(1, round((t_end - t_start) * self.rate_hz))
         self._events.put(
             RawSampleWindow(
-                t_start, t_end, self.rate_hz, ticks, tuple(rows), errors + bad, lag
+                t_start,
+                t_end,
+                self.rate_hz,
+                ticks,
+                tuple((tid, name or self._names.get(tid, ""), st, n) for tid, name, st, n in rows),
+                errors + bad,
+                lag,
+                self._threads,
             )
         )
         return True, out

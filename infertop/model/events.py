@@ -75,6 +75,7 @@ class SampleWindow:
     counts: tuple[tuple[int, int, int], ...]
     errors: int = 0
     lag_s: float = 0.0
+    threads: int = 0  # Python threads alive during the window; 0 if unknown
 
 
 @dataclass(frozen=True, slots=True)

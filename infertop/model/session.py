@@ -74,6 +74,7 @@ class Session:
                 tuple((t, s, n) for (t, s), n in counts.items()),
                 raw.errors,
                 raw.lag_s,
+                raw.threads,
             )
         )
         return new
@@ -111,7 +112,8 @@ class Session:
             stage = self.stage_of(sid)
             stage_counts[stage] = stage_counts.get(stage, 0) + n
             active += n
-        idle = max(0, w.ticks * max(1, len(self.threads)) - active)
+        threads = w.threads or len(self.threads) or 1
+        idle = max(0, w.ticks * threads - active)
         stage_counts[IDLE] = idle
         self.windows.append(WindowSummary(w, stage_counts, active, idle))
         self._window_ends.append(w.t_end)

@@ -42,7 +42,7 @@ TARGET, FRAME, STACK, THREAD, WINDOW, STATUS, SPAN, EXITED, MARKER = range(1, 10
 def encode_event(ev: Event) -> list[Any]:
     if isinstance(ev, SampleWindow):
         flat = [x for row in ev.counts for x in row]
-        return [WINDOW, ev.t_start, ev.t_end, ev.rate_hz, ev.ticks, flat, ev.errors, ev.lag_s]
+        return [WINDOW, ev.t_start, ev.t_end, ev.rate_hz, ev.ticks, flat, ev.errors, ev.lag_s, ev.threads]
     if isinstance(ev, FrameDef):
         return [FRAME, ev.frame_id, ev.frame.function, ev.frame.file, ev.frame.line]
     if isinstance(ev, StackDef):
@@ -75,8 +75,9 @@ def decode_event(raw: Any) -> Event | None:
             (int(flat[i]), int(flat[i + 1]), int(flat[i + 2])) for i in range(0, len(flat), 3)
         )
         return SampleWindow(
-            float(f[0]), float(f[1]), float(f[2]), int(f[3]), counts, int(f[5]), float(f[6])
-        )
+            float(f[0]), float(f[1]), float(f[2]), int(f[3]), counts, int(f[5]), float(f[6]),
+            int(f[7]) if len(f) > 7 else 0,
+        )  # fmt: skip
     if code == FRAME:
         return FrameDef(int(f[0]), Frame(str(f[1]), str(f[2]), int(f[3])))
     if code == STACK:

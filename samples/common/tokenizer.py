@@ -31,6 +31,8 @@ CORPUS_PATH = Path(__file__).with_name("corpus.txt")
 _PIECE_RE = re.compile(r" ?[^\W\d_]+| ?\d+| ?_+| ?[^\s\w]+|\s+(?!\S)|\s+")
 
 PAD, BOS, EOS = "<pad>", "<bos>", "<eos>"
+_BYTE_SYMBOLS = [bytes([b]) for b in range(256)]
+_NO_RANK = float("inf")
 
 
 def _split_pieces(text: str) -> list[str]:
@@ -48,19 +50,21 @@ class Tokenizer:
         corpus: str | None = None,
         num_merges: int = 2000,
         slow: bool = False,
-        min_frequency: int = 2,
+        min_frequency: int = 1,
     ) -> None:
         if corpus is None:
             corpus = CORPUS_PATH.read_text(encoding="utf-8")
         self.slow = slow
         self.merges: list[tuple[int, int]] = self._learn_merges(corpus, num_merges, min_frequency)
-        # (left, right) -> merged id; merged id 256 + rank, so lower id == higher priority.
-        self.merge_ids: dict[tuple[int, int], int] = {
-            pair: 256 + rank for rank, pair in enumerate(self.merges)
-        }
         self.token_bytes: list[bytes] = [bytes([b]) for b in range(256)]
         for left, right in self.merges:
             self.token_bytes.append(self.token_bytes[left] + self.token_bytes[right])
+        # (left bytes, right bytes) -> rank, and token bytes -> id, for the encode side.
+        self.pair_ranks: dict[tuple[bytes, bytes], int] = {
+            (self.token_bytes[a], self.token_bytes[b]): rank
+            for rank, (a, b) in enumerate(self.merges)
+        }
+        self.vocab: dict[bytes, int] = {tb: i for i, tb in enumerate(self.token_bytes)}
         self.pad_id = len(self.token_bytes)
         self.bos_id = self.pad_id + 1
         self.eos_id = self.pad_id + 2
@@ -147,30 +151,39 @@ class Tokenizer:
         return ids
 
     def _encode_piece(self, piece: str) -> list[int]:
-        """Standard BPE: repeatedly merge the adjacent pair with the lowest merge rank."""
-        symbols = list(piece.encode("utf-8"))
-        merge_ids = self.merge_ids
-        while len(symbols) > 1:
-            best = None
-            for pair in zip(symbols, symbols[1:]):
-                mid = merge_ids.get(pair)
-                if mid is not None and (best is None or mid < best):
-                    best = mid
-            if best is None:
+        """Textbook BPE, uncached: merge the best-ranked adjacent pair until none applies.
+
+        Symbols are byte strings, as in most pure-Python BPE implementations, and the final
+        symbols are looked up in the vocabulary.
+        """
+        word = tuple(_BYTE_SYMBOLS[b] for b in piece.encode("utf-8"))
+        ranks = self.pair_ranks
+        while len(word) > 1:
+            pairs = set(zip(word, word[1:]))
+            best = min(pairs, key=lambda pair: ranks.get(pair, _NO_RANK))
+            if best not in ranks:
                 break
-            left, right = self.merges[best - 256]
-            merged: list[int] = []
+            first, second = best
+            merged: list[bytes] = []
             i = 0
-            n = len(symbols)
+            n = len(word)
             while i < n:
-                if i + 1 < n and symbols[i] == left and symbols[i + 1] == right:
-                    merged.append(best)
+                try:
+                    j = word.index(first, i)
+                except ValueError:
+                    merged.extend(word[i:])
+                    break
+                merged.extend(word[i:j])
+                i = j
+                if i < n - 1 and word[i + 1] == second:
+                    merged.append(first + second)
                     i += 2
                 else:
-                    merged.append(symbols[i])
+                    merged.append(first)
                     i += 1
-            symbols = merged
-        return symbols
+            word = tuple(merged)
+        vocab = self.vocab
+        return [vocab[symbol] for symbol in word]
 
     def _encode_piece_slow(self, piece: str) -> list[int]:
         """Naive BPE: walk the whole merge list in rank order, re-scanning the piece each time."""

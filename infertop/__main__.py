@@ -1,0 +1,5 @@
+import sys
+
+from infertop.cli import main
+
+sys.exit(main())

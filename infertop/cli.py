@@ -1,0 +1,365 @@
+"""Command line: one function per subcommand; errors become one message and an exit code."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Sequence
+
+from infertop import __version__
+from infertop.errors import EXIT_OK, EXIT_USAGE, InfertopError, UsageError
+
+LATER = {
+    "import": "Kineto trace import lands with the findings work (issue: findings & Kineto import)",
+    "export": "export to Chrome/Perfetto and speedscope lands with the export & diff work",
+    "diff": "diff of recordings and traces lands with the export & diff work",
+}
+
+EPILOG = """\
+examples:
+  infertop demo                          live UI on the bundled sample service
+  infertop attach 4242                   live UI on a running Python process
+  infertop record 4242 -o incident.infertop --duration 60
+  infertop replay incident.infertop      the same UI on a recording
+  infertop report incident.infertop --format json
+
+exit codes: 0 ok, 1 diff regression, 2 bad usage, 3 target not found / no permission,
+            4 target unsupported, 5 unreadable input file
+"""
+
+
+def _add_collect_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--rate", type=float, metavar="HZ", help="py-spy samples per second (default 100)"
+    )
+    p.add_argument(
+        "--stage",
+        action="append",
+        default=[],
+        metavar="NAME=PATTERN",
+        help="extra stage rule, repeatable; PATTERN is FUNC_GLOB or FILE_GLOB:FUNC_GLOB, "
+        "e.g. --stage preprocess='*server.py:encode_batch'. Your rules win over the defaults.",
+    )
+    p.add_argument("--config", metavar="FILE", help="TOML config with [collect] and [stages]")
+    p.add_argument(
+        "--no-inject",
+        action="store_true",
+        help="never inject the in-process agent (py-spy only). The agent is not part of this "
+        "release yet, so today every session is py-spy only.",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="infertop",
+        description="See where a running PyTorch inference process spends its time: tokenizer, "
+        "batching queue, model forward, host-device syncs, postprocessing, serialization.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"infertop {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("attach", help="live UI on a running process")
+    p.add_argument("pid", type=int, help="process id of the Python process")
+    p.add_argument("--record", metavar="FILE", help="also record the session to FILE")
+    _add_collect_flags(p)
+
+    p = sub.add_parser("run", help="start a command and open the live UI on it")
+    p.add_argument("--record", metavar="FILE", help="also record the session to FILE")
+    _add_collect_flags(p)
+    p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]")
+
+    p = sub.add_parser("record", help="record a process headless (no terminal needed)")
+    p.add_argument("pid", type=int)
+    p.add_argument("-o", "--output", required=True, metavar="FILE", help="recording to write")
+    p.add_argument(
+        "--duration", type=float, metavar="S", help="stop after S seconds (default: until Ctrl-C)"
+    )
+    _add_collect_flags(p)
+
+    p = sub.add_parser("replay", help="the live UI on a recording, with a timeline")
+    p.add_argument("file")
+    p.add_argument("--stage", action="append", default=[], metavar="NAME=PATTERN")
+    p.add_argument("--config", metavar="FILE")
+
+    p = sub.add_parser("report", help="summary of a recording")
+    p.add_argument("file")
+    p.add_argument("--format", choices=("text", "json", "markdown"), default="text")
+    p.add_argument("--stage", action="append", default=[], metavar="NAME=PATTERN")
+    p.add_argument("--config", metavar="FILE")
+
+    p = sub.add_parser("import", help="convert a Kineto trace into a recording (coming)")
+    p.add_argument("trace")
+    p.add_argument("-o", "--output", required=True, metavar="FILE")
+
+    p = sub.add_parser("export", help="Chrome/Perfetto or speedscope export (coming)")
+    p.add_argument("file")
+    p.add_argument("--format", choices=("chrome", "speedscope", "kineto"), required=True)
+    p.add_argument("-o", "--output", required=True, metavar="OUT")
+
+    p = sub.add_parser("diff", help="compare two recordings or traces (coming)")
+    p.add_argument("base")
+    p.add_argument("new")
+    p.add_argument("--fail-above", type=float, metavar="PCT")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+
+    p = sub.add_parser("demo", help="start the bundled sample service and attach the live UI")
+    p.add_argument("--record", metavar="FILE", help="also record the session to FILE")
+    p.add_argument("--slow-tokenizer", action="store_true", help="make the sample's tokenizer slow")
+    return parser
+
+
+# -- helpers ----------------------------------------------------------------------------------
+def _config(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from infertop.config import load_config
+
+    cfg = load_config(getattr(args, "config", None)).with_stage_args(args.stage)
+    rate = getattr(args, "rate", None)
+    if rate is not None:
+        if not 1 <= rate <= 1000:
+            raise UsageError(f"--rate {rate:g} is out of range", "use 1..1000 Hz (100 is cheap)")
+        from dataclasses import replace
+
+        cfg = replace(cfg, collect=replace(cfg.collect, rate_hz=rate))
+    return cfg
+
+
+def _agent_status(no_inject: bool):  # type: ignore[no-untyped-def]
+    from infertop.model.events import CollectorStatus
+
+    why = (
+        "off (--no-inject)"
+        if no_inject
+        else "not in this release yet: torch ops and kernels are not collected (py-spy only)"
+    )
+    return CollectorStatus(time.time(), "agent", "unavailable", why)
+
+
+def _need_tty(what: str) -> None:
+    if not (sys.stdout.isatty() and sys.stdin.isatty()):
+        raise UsageError(
+            f"{what} needs a terminal",
+            "for a headless session use `infertop record PID -o FILE --duration S`",
+        )
+
+
+def _live(target, args, record: str | None) -> int:  # type: ignore[no-untyped-def]
+    from infertop.collect.pyspy import PySpyCollector
+    from infertop.sources import LiveSource
+    from infertop.tui.app import create_app
+
+    cfg = _config(args)
+    src = LiveSource(
+        target,
+        cfg,
+        collectors=[PySpyCollector(target.pid, cfg.collect.rate_hz, cfg.collect.window_s)],
+        record_path=record,
+    )
+    src.session.apply(_agent_status(getattr(args, "no_inject", False)))
+    src.start()
+    title = f"infertop — pid {target.pid}"
+    try:
+        create_app(src, title=title).run()
+    finally:
+        path = src.recording_path
+        src.stop()
+    if path:
+        print(f"recording written to {path}", file=sys.stderr)
+    return EXIT_OK
+
+
+# -- subcommands ------------------------------------------------------------------------------
+def cmd_attach(args: argparse.Namespace) -> int:
+    from infertop.collect.target import inspect_target
+
+    _need_tty("attach")
+    return _live(inspect_target(args.pid), args, args.record)
+
+
+def _start_child(cmd: Sequence[str], log_path: str):  # type: ignore[no-untyped-def]
+    import subprocess
+
+    env = dict(os.environ, INFERTOP_AGENT="1")
+    log = open(log_path, "ab")
+    try:
+        return subprocess.Popen(
+            list(cmd), stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
+            start_new_session=True,
+        )  # fmt: skip
+    except FileNotFoundError:
+        raise UsageError(f"command not found: {cmd[0]}") from None
+    except PermissionError:
+        raise UsageError(f"cannot execute {cmd[0]}: permission denied") from None
+    finally:
+        log.close()
+
+
+def _wait_attachable(proc, log_path: str, timeout: float = 15.0):  # type: ignore[no-untyped-def]
+    """py-spy can read a child only once its interpreter is up: retry until it can."""
+    from infertop.collect.target import inspect_target
+    from infertop.errors import TargetNotFound, TargetUnsupported
+
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None:
+            raise TargetNotFound(
+                f"the command exited (code {proc.returncode}) before infertop could attach",
+                f"its output is in {log_path}",
+            )
+        try:
+            return inspect_target(proc.pid)
+        except (TargetNotFound, TargetUnsupported):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def _stop_child(proc) -> None:  # type: ignore[no-untyped-def]
+    import subprocess
+
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _run_child(cmd: Sequence[str], args: argparse.Namespace, log_path: str) -> int:
+    proc = _start_child(cmd, log_path)
+    try:
+        target = _wait_attachable(proc, log_path)
+        return _live(target, args, args.record)
+    finally:
+        _stop_child(proc)
+        print(f"the command's output is in {log_path}", file=sys.stderr)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    if not cmd:
+        raise UsageError("no command given", "infertop run -- python server.py --port 8000")
+    _need_tty("run")
+    return _run_child(cmd, args, f"infertop-run-{int(time.time())}.log")
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    import tempfile
+
+    _need_tty("demo")
+    args.stage, args.config, args.rate, args.no_inject = [], None, None, False
+    cmd = [sys.executable, "-m", "samples.textgen_service"]
+    if args.slow_tokenizer:
+        cmd.append("--slow-tokenizer")
+    log_path = os.path.join(tempfile.gettempdir(), f"infertop-demo-{os.getpid()}.log")
+    return _run_child(cmd, args, log_path)
+
+
+def cmd_record(args: argparse.Namespace) -> int:
+    from infertop.collect.target import inspect_target
+    from infertop.headless import record_headless
+
+    if args.duration is not None and args.duration <= 0:
+        raise UsageError("--duration must be positive")
+    target = inspect_target(args.pid)
+    return record_headless(target, _config(args), args.output, args.duration, _agent_status(args.no_inject))
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from infertop.record.reader import read_recording
+    from infertop.sources import ReplaySource
+    from infertop.tui.app import create_app
+
+    rec = read_recording(args.file)
+    _need_tty("replay")
+    src = ReplaySource(rec, _config(args))
+    create_app(src, title=f"infertop — replay {os.path.basename(args.file)}").run()
+    return EXIT_OK
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from infertop.analysis.snapshot import build_snapshot
+    from infertop.record.reader import read_recording
+    from infertop.report.build import build_report
+    from infertop.report.text import render_markdown, render_text
+    from infertop.sources import ReplaySource
+
+    _refuse_trace(args.file)
+    rec = read_recording(args.file)
+    if rec.warning:
+        print(f"infertop: warning: {rec.warning}", file=sys.stderr)
+    src = ReplaySource(rec, _config(args))
+    snap = build_snapshot(src.session, t=src.t, notes=src.notes)
+    rep = build_report(snap, "recording", args.file)
+    if args.format == "json":
+        sys.stdout.write(json.dumps(rep, indent=2) + "\n")
+    elif args.format == "markdown":
+        sys.stdout.write(render_markdown(rep))
+    else:
+        sys.stdout.write(render_text(rep))
+    return EXIT_OK
+
+
+def _refuse_trace(path: str) -> None:
+    """Kineto traces are recognised now and reported once Kineto import lands."""
+    if path.endswith((".json", ".json.gz")) or os.path.isdir(path):
+        raise UsageError(
+            f"{path} looks like a torch.profiler (Kineto) trace",
+            LATER["import"] + "; today `report` reads .infertop recordings",
+        )
+
+
+def cmd_later(args: argparse.Namespace) -> int:
+    raise UsageError(f"`infertop {args.command}` is not available yet", LATER[args.command])
+
+
+COMMANDS = {
+    "attach": cmd_attach,
+    "run": cmd_run,
+    "record": cmd_record,
+    "replay": cmd_replay,
+    "report": cmd_report,
+    "import": cmd_later,
+    "export": cmd_later,
+    "diff": cmd_later,
+    "demo": cmd_demo,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    try:
+        return COMMANDS[args.command](args)
+    except InfertopError as exc:
+        if args.debug:
+            raise
+        print(f"infertop: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return EXIT_OK
+    except Exception as exc:  # a bug: one line, not a traceback, unless --debug
+        if args.debug:
+            raise
+        print(
+            f"infertop: internal error: {type(exc).__name__}: {exc} (run with --debug for details)",
+            file=sys.stderr,
+        )
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,73 @@
+"""``infertop record``: the live collection without a UI, with a progress line on stderr."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from infertop.config import Config
+from infertop.errors import EXIT_OK, InfertopError
+from infertop.model.events import CollectorStatus, TargetInfo
+from infertop.sources import LiveSource
+
+
+def _size(n: int) -> str:
+    return f"{n / 1024:.0f} KiB" if n < 1024 * 1024 else f"{n / 1024 / 1024:.1f} MiB"
+
+
+def record_headless(
+    target: TargetInfo,
+    config: Config,
+    path: str,
+    duration: float | None,
+    agent_status: CollectorStatus | None = None,
+) -> int:
+    src = LiveSource(target, config, record_path=path)
+    if agent_status is not None:
+        src.session.apply(agent_status)
+        assert src.writer is not None
+        src.writer.write([agent_status])
+    tty = sys.stderr.isatty()
+    started = time.monotonic()
+    last_line = 0.0
+    reason = "stopped"
+    src.start()
+    try:
+        while True:
+            src.pump()
+            elapsed = time.monotonic() - started
+            samples = sum(w.active for w in src.session.windows)
+            size = src.writer.bytes_written if src.writer else 0
+            line = (
+                f"recording pid {target.pid} → {path}: {elapsed:5.1f}"
+                + (f"/{duration:g}" if duration else "")
+                + f" s, {samples} samples, {_size(size)}"
+            )
+            if tty:
+                sys.stderr.write("\r" + line + "   ")
+                sys.stderr.flush()
+            elif elapsed - last_line >= 5.0 or last_line == 0.0:
+                print(line, file=sys.stderr, flush=True)
+                last_line = elapsed or 1e-9
+            if src.writer is not None and src.writer.failed:
+                raise InfertopError(src.writer.failed, "free disk space; what was written is readable")
+            if src.done:
+                reason = "the target exited"
+                break
+            if duration is not None and elapsed >= duration:
+                reason = "duration reached"
+                break
+            time.sleep(0.25)
+    except KeyboardInterrupt:
+        reason = "interrupted"
+    finally:
+        src.stop()
+    if tty:
+        sys.stderr.write("\n")
+    windows = src.session.windows
+    samples = sum(w.active for w in windows)
+    print(
+        f"wrote {path}: {len(windows)} windows, {samples} samples ({reason})",
+        file=sys.stderr,
+    )
+    return EXIT_OK

@@ -1,0 +1,128 @@
+"""Plumbing shared by the sample workloads: common flags, clean shutdown, throughput lines."""
+
+from __future__ import annotations
+
+import argparse
+import random
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+
+from samples.common.truth import StageClock
+
+COMMON_EPILOG = """\
+Every sample prints "throughput: X.X req/s" to stdout about every 2 s, exits with status 0 on
+SIGINT/SIGTERM or when --duration runs out, and with --truth FILE keeps FILE up to date (every
+0.5 s, atomically) with its own measured seconds per stage, for checking infertop against.
+"""
+
+
+def add_common_args(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("common options")
+    g.add_argument(
+        "--truth",
+        metavar="FILE",
+        default=None,
+        help="write ground-truth stage seconds as JSON to FILE (every 0.5 s and at exit)",
+    )
+    g.add_argument(
+        "--duration",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="stop after SECONDS of serving (default 0: run until SIGINT/SIGTERM)",
+    )
+    g.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        metavar="N",
+        help="torch intra-op threads (default 1)",
+    )
+    g.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+
+
+def setup_torch(threads: int, seed: int) -> None:
+    import torch
+
+    torch.set_num_threads(max(1, threads))
+    torch.manual_seed(seed)
+    random.seed(seed)
+
+
+def install_stop_handlers() -> threading.Event:
+    """SIGINT and SIGTERM set the returned event instead of raising or killing the process."""
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: object) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    return stop
+
+
+class ThroughputReporter:
+    """Prints ``throughput: X.X req/s`` every ``interval`` seconds from completed-request counts."""
+
+    def __init__(self, count: Callable[[], int], interval: float = 2.0) -> None:
+        self._count = count
+        self.interval = interval
+        self._last_t = time.perf_counter()
+        self._last_n = count()
+
+    def due(self) -> bool:
+        return time.perf_counter() - self._last_t >= self.interval
+
+    def report(self) -> None:
+        now = time.perf_counter()
+        n = self._count()
+        rate = (n - self._last_n) / max(now - self._last_t, 1e-9)
+        self._last_t, self._last_n = now, n
+        try:
+            sys.stdout.write(f"throughput: {rate:.1f} req/s\n")
+            sys.stdout.flush()
+        except (BrokenPipeError, ValueError):
+            pass  # stdout went away; keep serving quietly
+
+
+def serve_until_stopped(
+    stop: threading.Event,
+    duration: float,
+    reporter: ThroughputReporter,
+    tick: float = 0.1,
+) -> None:
+    """Main-thread loop for threaded samples: report throughput until stopped or timed out."""
+    deadline = time.perf_counter() + duration if duration > 0 else None
+    while not stop.is_set():
+        time.sleep(tick)
+        if reporter.due():
+            reporter.report()
+        if deadline is not None and time.perf_counter() >= deadline:
+            stop.set()
+
+
+def run_inline(
+    stop: threading.Event,
+    duration: float,
+    reporter: ThroughputReporter,
+    handle_one: Callable[[], None],
+) -> None:
+    """Main-thread loop for single-threaded samples: one request per iteration."""
+    deadline = time.perf_counter() + duration if duration > 0 else None
+    while not stop.is_set():
+        handle_one()
+        if reporter.due():
+            reporter.report()
+        if deadline is not None and time.perf_counter() >= deadline:
+            break
+
+
+def start_clock(truth_path: str | None) -> StageClock:
+    clock = StageClock()
+    if truth_path:
+        clock.write(truth_path)
+        clock.start_flusher(truth_path)
+    return clock
