@@ -1,0 +1,26 @@
+# Two commands on a fresh machine:  `make demo`  and  `make test`.
+# Each creates .venv (Python 3.10+, CPU torch pinned for the samples and tests) on first use.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+$(STAMP): pyproject.toml requirements-dev.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements-dev.txt
+	$(PY) -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+.PHONY: demo test test-fast bench
+demo: $(STAMP)
+	$(VENV)/bin/infertop demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not slow"
+
+bench: $(STAMP)
+	$(PY) tests/bench/bench_overhead.py
