@@ -23,7 +23,7 @@ from infertop.collect.target import classify_pyspy_failure, find_pyspy, pid_aliv
 from infertop.model.events import CollectorStatus, Frame, TargetExited
 
 _THREAD_RE = re.compile(r"^thread \((0x[0-9a-fA-F]+|\d+)\)(?:: (.*))?$")
-_FRAME_RE = re.compile(r"^(.*) \((.*?)(?::(\d+))?\)$")
+_FRAME_RE = re.compile(r"^(.*?) \((.*?)(?::(\d+))?\)$")
 _SUMMARY_RE = re.compile(r"Samples: (\d+) Errors: (\d+)")
 _BEHIND_RE = re.compile(r"([\d.]+)s behind in sampling")
 THREAD_REFRESH_WINDOWS = 5  # a ``py-spy dump`` (~30 ms) every this many windows
