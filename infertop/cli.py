@@ -275,10 +275,11 @@ def cmd_record(args: argparse.Namespace) -> int:
 def cmd_replay(args: argparse.Namespace) -> int:
     from infertop.record.reader import read_recording
     from infertop.sources import ReplaySource
-    from infertop.tui.app import create_app
 
     rec = read_recording(args.file)
     _need_tty("replay")
+    from infertop.tui.app import create_app
+
     src = ReplaySource(rec, _config(args))
     create_app(src, title=f"infertop — replay {os.path.basename(args.file)}").run()
     return EXIT_OK

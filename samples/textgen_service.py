@@ -188,34 +188,34 @@ def tokenize_batch(tokenizer, prompts: list[str], max_tokens: int):  # noqa: ANN
     return ids, ids == tokenizer.pad_id, lengths
 
 
-def postprocess_logits(logits, temperature: float, top_k: int, banned: list[int]):  # noqa: ANN001, ANN201
-    """Scale by temperature, forbid special tokens, keep the top-k; returns (scaled, filtered)."""
-    import torch
+def postprocess_logits(logits, temperature: float, top_k: int, n_special: int):  # noqa: ANN001, ANN201
+    """Temperature-scale, forbid the special tokens (the last ``n_special`` ids), keep top-k.
 
-    scaled = logits.float() / temperature
-    scaled[:, banned] = float("-inf")
+    Returns ``(scaled, top_vals, top_idx)``; ``top_idx`` is None when no top-k applies.
+    """
+    scaled = logits / temperature
+    scaled[:, -n_special:] = float("-inf")
     if 0 < top_k < scaled.shape[-1]:
         vals, idx = scaled.topk(top_k, dim=-1)
-        filtered = torch.full_like(scaled, float("-inf")).scatter_(-1, idx, vals)
-    else:
-        filtered = scaled
-    return scaled, filtered
+        return scaled, vals, idx
+    return scaled, scaled, None
 
 
-def sample_next_token(logits, args: argparse.Namespace, banned: list[int], gen):  # noqa: ANN001, ANN201
+def sample_next_token(logits, args: argparse.Namespace, n_special: int, gen):  # noqa: ANN001, ANN201
     """One sampling step: returns (next ids (B,1), their logprobs, top ids, top logprobs)."""
     import torch
 
-    scaled, filtered = postprocess_logits(logits, args.temperature, args.top_k, banned)
-    probs = torch.softmax(filtered, dim=-1)
-    nxt = torch.multinomial(probs, 1, generator=gen)
+    scaled, vals, idx = postprocess_logits(logits, args.temperature, args.top_k, n_special)
+    probs = torch.softmax(vals, dim=-1)
+    choice = torch.multinomial(probs, 1, generator=gen)
+    nxt = idx.gather(-1, choice) if idx is not None else choice
     logp = torch.log_softmax(scaled, dim=-1)
-    chosen = logp.gather(-1, nxt).squeeze(-1)
     top_lp, top_ids = logp.topk(args.top_logprobs, dim=-1)
+    chosen = logp.gather(-1, nxt).squeeze(-1)
     return nxt, chosen, top_ids, top_lp
 
 
-def generate(model, ids, pad, args, banned, gen, clock: StageClock):  # noqa: ANN001, ANN201
+def generate(model, ids, pad, args, n_special, gen, clock: StageClock):  # noqa: ANN001, ANN201
     """Prefill, then --new-tokens steps of sample-then-extend. Returns stacked step outputs."""
     import torch
 
@@ -226,7 +226,7 @@ def generate(model, ids, pad, args, banned, gen, clock: StageClock):  # noqa: AN
             logits = model(ids, state)
         for step in range(args.new_tokens):
             with clock.stage("postprocess"):
-                nxt, chosen, top_ids, top_lp = sample_next_token(logits, args, banned, gen)
+                nxt, chosen, top_ids, top_lp = sample_next_token(logits, args, n_special, gen)
             steps_ids.append(nxt)
             steps_lp.append(chosen)
             steps_top_ids.append(top_ids)
@@ -313,7 +313,7 @@ class Batcher:
         self.args = args
         self.clock = clock
         self.gen = torch.Generator().manual_seed(args.seed)
-        self.banned = [tokenizer.pad_id, tokenizer.bos_id]
+        self.n_special = tokenizer.vocab_size - tokenizer.pad_id
         self.model_name = f"tiny-bpe-lm-{args.layers}x{args.d_model}"
 
     def collect(self, requests: queue.Queue[Request], stop: threading.Event) -> list[Request]:
@@ -346,7 +346,7 @@ class Batcher:
                 self.tokenizer, [r.prompt for r in batch], self.args.max_prompt_tokens
             )
         t_pre = time.perf_counter()
-        outs = generate(self.model, ids, pad, self.args, self.banned, self.gen, clock)
+        outs = generate(self.model, ids, pad, self.args, self.n_special, self.gen, clock)
         t_gen = time.perf_counter()
         timings = {"start": start, "preprocess": t_pre - start, "generate": t_gen - t_pre}
         with clock.stage("postprocess"):

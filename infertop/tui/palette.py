@@ -1,0 +1,70 @@
+"""Stage colours, the same in every view, and small text helpers shared by the widgets."""
+
+from __future__ import annotations
+
+import zlib
+
+#: One fixed colour per built-in stage (readable on dark and light terminals).
+STAGE_COLORS: dict[str, str] = {
+    "preprocess": "#5fafff",
+    "queue": "#d7af5f",
+    "forward": "#87d75f",
+    "sync": "#ff6f6f",
+    "postprocess": "#c39bff",
+    "serialize": "#5fd7d7",
+    "other": "#a8a8a8",
+    "idle": "#6c6c6c",
+}
+
+#: Colours for user-defined stages, picked by a stable hash of the name.
+_FALLBACK = ("#ff87d7", "#e0e070", "#ffaf87", "#87d7af", "#d7875f", "#8fa8ff")
+
+_EIGHTHS = " ▏▎▍▌▋▊▉"
+_SPARK = "▁▂▃▄▅▆▇█"
+
+
+def stage_color(stage: str) -> str:
+    """The colour of ``stage``; user stages get a fixed colour from their name."""
+    known = STAGE_COLORS.get(stage)
+    if known is not None:
+        return known
+    return _FALLBACK[zlib.crc32(stage.encode()) % len(_FALLBACK)]
+
+
+def bar(fraction: float, width: int) -> tuple[str, str]:
+    """A horizontal bar ``width`` cells wide as (filled part, empty part), in eighths of a cell."""
+    fraction = min(max(fraction, 0.0), 1.0)
+    eighths = round(fraction * width * 8)
+    full, part = divmod(eighths, 8)
+    filled = "█" * full + (_EIGHTHS[part] if part and full < width else "")
+    return filled, " " * (width - len(filled))
+
+
+def sparkline(values: list[float], width: int) -> str:
+    """The last ``width`` values (each 0..1) as block characters; exact zeros are blank."""
+    out = []
+    for v in values[-width:] if width > 0 else []:
+        if v <= 0:
+            out.append(" ")
+        else:
+            out.append(_SPARK[min(len(_SPARK) - 1, int(min(v, 1.0) * len(_SPARK)))])
+    return "".join(out).rjust(max(width, 0))
+
+
+def human_bytes(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1024 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"
+
+
+def clock(seconds: float) -> str:
+    """``m:ss.s`` (or ``h:mm:ss`` past an hour)."""
+    seconds = round(max(0.0, seconds), 1)
+    if seconds >= 3600:
+        h, rest = divmod(int(seconds), 3600)
+        return f"{h}:{rest // 60:02d}:{rest % 60:02d}"
+    m, s = divmod(seconds, 60)
+    return f"{int(m)}:{s:04.1f}"
