@@ -353,9 +353,10 @@ class Batcher:
             responses = postprocess_outputs(
                 self.tokenizer, batch, lengths, outs, timings, self.model_name
             )
+        indent = self.args.indent or None
         for req, resp in zip(batch, responses):
             with clock.stage("serialize"):
-                req.body = json.dumps(resp)
+                req.body = json.dumps(resp, indent=indent)
         for req in batch:
             req.done.set()
         clock.count(len(batch))
@@ -409,6 +410,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--slow-tokenizer",
         action="store_true",
         help="use the deliberately naive encoder so that preprocess dominates",
+    )
+    s.add_argument(
+        "--indent",
+        type=int,
+        default=2,
+        help="JSON indent of responses; 0 for compact output (default 2, pretty-printed)",
     )
     m = p.add_argument_group("model and sampling")
     m.add_argument("--new-tokens", type=int, default=16, help="tokens generated per request (16)")

@@ -8,7 +8,9 @@ threads are left out by py-spy; the session derives idle time from ticks × thre
 
 from __future__ import annotations
 
+import ctypes
 import json
+import math
 import os
 import queue
 import re
@@ -26,6 +28,7 @@ _THREAD_RE = re.compile(r"^thread \((0x[0-9a-fA-F]+|\d+)\)(?:: (.*))?$")
 _FRAME_RE = re.compile(r"^(.*?) \((.*?)(?::(\d+))?\)$")
 _SUMMARY_RE = re.compile(r"Samples: (\d+) Errors: (\d+)")
 _BEHIND_RE = re.compile(r"([\d.]+)s behind in sampling")
+PR_SET_PDEATHSIG = 1
 THREAD_REFRESH_WINDOWS = 5  # a ``py-spy dump`` (~30 ms) every this many windows
 
 
@@ -80,6 +83,26 @@ def parse_raw(text: str) -> tuple[list[tuple[int, str, tuple[Frame, ...], int]],
     return rows, bad
 
 
+def _die_with_parent() -> None:
+    """In the py-spy child: get SIGINT (a clean stop that detaches) if infertop dies."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGINT)
+    except (OSError, AttributeError):
+        pass
+
+
+def _resume_if_stopped(pid: int) -> None:
+    """A py-spy killed mid-sample may leave the target stopped: never leave it so."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            state = fh.read().rsplit(")", 1)[1].split()[0]
+        if state in ("T", "t"):
+            os.kill(pid, signal.SIGCONT)
+    except (OSError, IndexError):
+        pass
+
+
 class PySpyCollector:
     """Runs py-spy in back-to-back windows on a background thread."""
 
@@ -95,7 +118,6 @@ class PySpyCollector:
         self._proc: subprocess.Popen[str] | None = None
         self._tmpdir = tempfile.TemporaryDirectory(prefix="infertop-pyspy-")
         self._pyspy = find_pyspy()
-        self.paused = threading.Event()
         self._threads = 0
         self._names: dict[int, str] = {}
 
@@ -124,6 +146,8 @@ class PySpyCollector:
             self._thread.join(timeout=5)
         if proc is not None and proc.poll() is None:
             proc.kill()
+            proc.wait()
+            _resume_if_stopped(self.pid)
         self._tmpdir.cleanup()
 
     # -- the sampling loop ----------------------------------------------------------------------
@@ -139,9 +163,6 @@ class PySpyCollector:
             if n_window % THREAD_REFRESH_WINDOWS == 0:
                 self._threads = self._count_threads() or self._threads
             n_window += 1
-            if self.paused.is_set():
-                self._stop.wait(0.1)
-                continue
             ok, text = self._one_window(out_path)
             if self._stop.is_set() and not ok:
                 break
@@ -183,6 +204,8 @@ class PySpyCollector:
         cmd = [
             self._pyspy, "record", "--pid", str(self.pid), "--rate", f"{self.rate_hz:g}",
             "--format", "raw", "--threads", "--full-filenames", "-o", out_path,
+            # a safety net: py-spy ends by itself even if we vanish without a word
+            "--duration", str(math.ceil(self.window_s) + 2),
         ]  # fmt: skip
         t_start = time.time()
         try:
@@ -193,10 +216,13 @@ class PySpyCollector:
                 stderr=subprocess.STDOUT,
                 text=True,
                 start_new_session=True,  # a Ctrl-C in our terminal must not reach py-spy
+                preexec_fn=_die_with_parent,
             )
         except OSError as exc:
             return False, f"Error: cannot start py-spy: {exc}"
-        self._stop.wait(self.window_s)
+        deadline = t_start + self.window_s
+        while proc.poll() is None and not self._stop.is_set() and time.time() < deadline:
+            self._stop.wait(min(0.05, max(0.0, deadline - time.time())))
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)
         try:
@@ -204,6 +230,7 @@ class PySpyCollector:
         except subprocess.TimeoutExpired:
             proc.kill()
             out, _ = proc.communicate()
+            _resume_if_stopped(self.pid)
         t_end = time.time()
         if proc.returncode != 0 or not os.path.exists(out_path):
             return False, out

@@ -42,6 +42,62 @@ def _split_pieces(text: str) -> list[str]:
     return pieces
 
 
+# Character classes of the pre-tokenizer (same partition as _PIECE_RE).
+_SPACE, _LETTER, _DIGIT, _UNDERSCORE, _OTHER = range(5)
+
+
+def _encode_split(text: str) -> list[str]:
+    """Pre-tokenize ``text`` with a hand-written scanner; same pieces as ``_PIECE_RE``.
+
+    A piece is a run of one character class (letters, digits, underscores, other symbols),
+    optionally preceded by one plain space; whitespace runs are split so that the space just
+    before a word goes with the word. Pure Python and per character, like the scanners of many
+    pure-Python tokenizers.
+    """
+    classes: list[int] = []
+    for ch in text:
+        if ch.isspace():
+            classes.append(_SPACE)
+        elif ch.isdecimal():
+            classes.append(_DIGIT)
+        elif ch == "_":
+            classes.append(_UNDERSCORE)
+        elif ch.isalnum():
+            classes.append(_LETTER)
+        else:
+            classes.append(_OTHER)
+    pieces: list[str] = []
+    n = len(text)
+    i = 0
+    while i < n:
+        cls = classes[i]
+        start = i
+        if cls == _SPACE:
+            j = i + 1
+            while j < n and classes[j] == _SPACE:
+                j += 1
+            if j == n:
+                pieces.append(text[i:j])
+                break
+            # whitespace followed by a non-space run: the final char joins the word if it is a
+            # plain space, otherwise it stands alone
+            if j - i > 1:
+                pieces.append(text[i : j - 1])
+            if text[j - 1] != " ":
+                pieces.append(text[j - 1])
+                i = j
+                continue
+            start = j - 1
+            i = j
+            cls = classes[j]
+        j = i + 1
+        while j < n and classes[j] == cls:
+            j += 1
+        pieces.append(text[start:j])
+        i = j
+    return pieces
+
+
 class Tokenizer:
     """Byte-level BPE; build with ``Tokenizer()`` (learns merges from the bundled corpus)."""
 
@@ -146,7 +202,7 @@ class Tokenizer:
         """Token ids for ``text`` (optionally prefixed with ``<bos>``)."""
         ids: list[int] = [self.bos_id] if add_bos else []
         encode_piece = self._encode_piece_slow if self.slow else self._encode_piece
-        for piece in _split_pieces(text):
+        for piece in _encode_split(text):
             ids.extend(encode_piece(piece))
         return ids
 

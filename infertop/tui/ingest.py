@@ -1,0 +1,254 @@
+"""The ingest worker: one thread that owns the source, pumps it and builds snapshots.
+
+The UI thread never touches the source or the session. It sends commands (``send``) and, when
+told a snapshot is ready, takes the newest one (``take``). Snapshots that nobody took in time
+are simply replaced, so a slow UI draws the latest picture and never a backlog.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Union
+
+from textual.message import Message
+
+from infertop.analysis.snapshot import ReplayState, Snapshot, StackAccumulator, build_snapshot
+from infertop.tui.messages import IngestError, RecordingChanged, SnapshotReady
+
+SPEED_MIN, SPEED_MAX = 0.125, 16.0
+
+
+@dataclass(frozen=True)
+class SeekTo:
+    position: float  # seconds from the start; inf means the end
+
+
+@dataclass(frozen=True)
+class SeekBy:
+    delta: float
+
+
+@dataclass(frozen=True)
+class TogglePlay:
+    pass
+
+
+@dataclass(frozen=True)
+class ScaleSpeed:
+    factor: float
+
+
+@dataclass(frozen=True)
+class SetStageFilter:
+    stage: str | None
+
+
+@dataclass(frozen=True)
+class StartRecording:
+    path: str
+
+
+@dataclass(frozen=True)
+class StopRecording:
+    pass
+
+
+@dataclass(frozen=True)
+class _Stop:
+    pass
+
+
+Command = Union[SeekTo, SeekBy, TogglePlay, ScaleSpeed, SetStageFilter, StartRecording, StopRecording]
+
+
+def describe(exc: BaseException) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class IngestWorker:
+    """Pumps ``source`` every ``interval`` seconds on its own thread and publishes snapshots."""
+
+    def __init__(
+        self, source: Any, post: Callable[[Message], object], interval: float = 0.25
+    ) -> None:
+        self.source = source
+        self.replay = getattr(source, "kind", "live") == "replay"
+        self.interval = interval
+        self._post = post
+        self._commands: queue.SimpleQueue[Command | _Stop] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._latest: Snapshot | None = None
+        self._posted = False
+        self._thread: threading.Thread | None = None
+        self._accumulator = StackAccumulator()
+        self._stage_filter: str | None = None
+        self._error: str | None = None
+        config = getattr(source, "config", None)
+        self._history = config.collect.history_windows if config is not None else 120
+        self.final: Snapshot | None = None  # the last snapshot, built after the source stopped
+
+    # -- UI side ----------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="infertop-ingest", daemon=True)
+        self._thread.start()
+
+    def send(self, command: Command) -> None:
+        """Queue a command; it is applied within milliseconds. Never blocks."""
+        self._commands.put(command)
+
+    def take(self) -> Snapshot | None:
+        """The newest snapshot (None if there is none yet); allows the next ``SnapshotReady``."""
+        with self._lock:
+            self._posted = False
+            return self._latest
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """Stop the thread; the source is stopped (and its recording closed) on the way out."""
+        if self._thread is None:
+            return
+        self._commands.put(_Stop())
+        self._thread.join(timeout)
+        self._thread = None
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    # -- worker side ----------------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            self._guard("cannot start", self.source.start)
+            self._loop()
+        finally:
+            self._guard("cannot stop", self.source.stop)
+            try:
+                self.final = self._build()
+            except Exception:
+                self.final = self._latest
+
+    def _loop(self) -> None:
+        dirty = True
+        next_tick = time.monotonic()
+        while True:
+            try:
+                cmd: Command | _Stop | None = self._commands.get(
+                    timeout=max(0.0, next_tick - time.monotonic())
+                )
+            except queue.Empty:
+                cmd = None
+            if cmd is not None:
+                # apply everything that is waiting, then redraw at once (keys feel instant)
+                while cmd is not None:
+                    if isinstance(cmd, _Stop):
+                        return
+                    self._guard("command failed", self._apply, cmd)
+                    try:
+                        cmd = self._commands.get_nowait()
+                    except queue.Empty:
+                        cmd = None
+                self._publish()
+                continue
+            now = time.monotonic()
+            next_tick = max(next_tick + self.interval, now)
+            try:
+                if self.source.pump():
+                    dirty = True
+            except Exception as exc:  # noqa: BLE001 - shown in the status line
+                self._set_error(f"ingest: {describe(exc)}")
+                continue
+            if dirty and self._publish():
+                dirty = False
+                if self._error and self._error.startswith(("ingest:", "cannot build view:")):
+                    self._set_error(None)  # recovered
+
+    def _guard(self, what: str, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn``; an exception becomes a status-line error instead of killing the thread."""
+        try:
+            fn(*args)
+        except Exception as exc:  # noqa: BLE001 - shown to the user, never raised
+            self._set_error(f"{what}: {describe(exc)}")
+
+    def _set_error(self, text: str | None) -> None:
+        if text != self._error:
+            self._error = text
+            self._post(IngestError(text))
+
+    def _publish(self) -> bool:
+        try:
+            snap = self._build()
+        except Exception as exc:  # noqa: BLE001
+            self._set_error(f"cannot build view: {describe(exc)}")
+            return False
+        with self._lock:
+            self._latest = snap
+            post = not self._posted
+            self._posted = True
+        if post:
+            self._post(SnapshotReady())
+        return True
+
+    def _build(self) -> Snapshot:
+        src = self.source
+        writer = getattr(src, "writer", None)
+        notes = tuple(getattr(src, "notes", ()))
+        if writer is not None and getattr(writer, "failed", None):
+            notes += (writer.failed,)
+        replay = (
+            ReplayState(src.position, src.length, src.playing, src.speed) if self.replay else None
+        )
+        return build_snapshot(
+            src.session,
+            t=src.t if self.replay else None,
+            stage_filter=self._stage_filter,
+            history=self._history,
+            accumulator=self._accumulator,
+            recording=None if self.replay else src.recording_path,
+            recording_bytes=writer.bytes_written if writer is not None else 0,
+            replay=replay,
+            notes=notes,
+        )
+
+    def _apply(self, cmd: Command) -> None:
+        src = self.source
+        if isinstance(cmd, SetStageFilter):
+            self._stage_filter = cmd.stage
+        elif isinstance(cmd, (StartRecording, StopRecording)):
+            if not self.replay:
+                self._apply_recording(cmd)
+        elif not self.replay:
+            return
+        elif isinstance(cmd, SeekTo):
+            src.seek(cmd.position)
+        elif isinstance(cmd, SeekBy):
+            src.seek(src.position + cmd.delta)
+        elif isinstance(cmd, TogglePlay):
+            src.toggle_play()
+        elif isinstance(cmd, ScaleSpeed):
+            src.speed = min(SPEED_MAX, max(SPEED_MIN, src.speed * cmd.factor))
+
+    def _apply_recording(self, cmd: StartRecording | StopRecording) -> None:
+        src = self.source
+        if isinstance(cmd, StartRecording):
+            try:
+                src.start_recording(cmd.path)
+            except Exception as exc:  # noqa: BLE001 - e.g. an unwritable directory
+                self._post(RecordingChanged(cmd.path, False, error=str(exc)))
+                return
+            self._post(RecordingChanged(cmd.path, True))
+        else:
+            path = src.recording_path
+            size = src.writer.bytes_written if src.writer is not None else 0
+            src.stop_recording()
+            if path is not None:
+                # the exit marker (if any) is written on close; report the final size
+                try:
+                    size = os.path.getsize(path)
+                except OSError:
+                    pass
+                self._post(RecordingChanged(path, False, size=size))

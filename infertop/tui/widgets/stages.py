@@ -1,0 +1,102 @@
+"""The stage panel: where the last few seconds went, stage by stage, with a short history."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widget import Widget
+
+from infertop.analysis.shares import StageShare
+from infertop.analysis.snapshot import Snapshot
+from infertop.analysis.stages import IDLE
+from infertop.tui.palette import bar, sparkline, stage_color
+
+NAME_W = 12  # "postprocess "
+PCT_W = 7  # "  45.2%"
+TOTAL_W = 9  # "   40.1%" (the session column)
+LAT_W = 32  # "  p50 12.3 p99 45.6 ms  12.0/s"
+
+
+def stage_history(history: tuple[dict[str, int], ...], stage: str) -> list[float]:
+    """Per window, the stage's share: of active samples (idle: of all samples)."""
+    out: list[float] = []
+    for counts in history:
+        active = sum(n for s, n in counts.items() if s != IDLE)
+        denom = active + counts.get(IDLE, 0) if stage == IDLE else active
+        out.append(counts.get(stage, 0) / denom if denom else 0.0)
+    return out
+
+
+def _latency_text(share: StageShare) -> str:
+    lat = share.latency_ms
+    if lat is None:
+        return ""
+    rate = f"  {share.calls_per_s:.1f}/s" if share.calls_per_s is not None else ""
+    return f"p50 {lat.p50:.1f} p99 {lat.p99:.1f} ms{rate}"
+
+
+def layout_widths(width: int, with_latency: bool) -> tuple[int, int]:
+    """(bar width, sparkline width) for a panel ``width`` cells wide."""
+    fixed = NAME_W + PCT_W + TOTAL_W + 2 + (LAT_W if with_latency else 0)
+    free = max(0, width - fixed)
+    bar_w = min(30, max(4, free * 2 // 5))
+    spark_w = min(60, free - bar_w)
+    return bar_w, spark_w if spark_w >= 4 else 0
+
+
+def render_stages(snapshot: Snapshot | None, width: int, header: bool = True) -> Text:
+    """The panel's text for ``snapshot`` at ``width`` cells."""
+    if snapshot is None or not snapshot.recent:
+        return Text("waiting for samples…", style="dim italic")
+    totals = {s.name: s for s in snapshot.totals}
+    with_latency = any(s.latency_ms is not None for s in snapshot.recent)
+    with_latency = with_latency and width >= NAME_W + PCT_W + TOTAL_W + LAT_W + 12
+    bar_w, spark_w = layout_widths(width, with_latency)
+    lines: list[Text] = []
+    if header:
+        head = Text(style="dim", no_wrap=True, overflow="ellipsis")
+        head.append("stage".ljust(NAME_W) + "last 5 s".ljust(bar_w))
+        head.append("share".rjust(PCT_W) + "session".rjust(TOTAL_W))
+        if spark_w:
+            head.append("  " + ("history" if spark_w >= 7 else "").ljust(spark_w))
+        if with_latency:
+            head.append("  latency")
+        lines.append(head)
+    for share in snapshot.recent:
+        color = stage_color(share.name)
+        idle = share.name == IDLE
+        row = Text(no_wrap=True, overflow="ellipsis")
+        row.append(share.name[: NAME_W - 1].ljust(NAME_W), style=color if idle else f"bold {color}")
+        filled, empty = bar(share.share, bar_w)
+        row.append(filled, style=color)
+        row.append(empty, style="on #303030")
+        row.append(f"{share.share * 100:.1f}%".rjust(PCT_W), style="bold" if not idle else "")
+        total = totals.get(share.name)
+        total_text = f"{total.share * 100:.1f}%" if total is not None else "-"
+        row.append(total_text.rjust(TOTAL_W), style="dim")
+        if spark_w:
+            row.append("  " + sparkline(stage_history(snapshot.history, share.name), spark_w))
+            row.stylize(color, len(row) - spark_w)
+        if with_latency:
+            row.append("  " + _latency_text(share))
+        lines.append(row)
+    return Text("\n").join(lines)
+
+
+class StagePanel(Widget):
+    """One row per stage seen in the last 5 s: bar, share, session share, history, latency."""
+
+    DEFAULT_CSS = """
+    StagePanel { height: auto; }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.snapshot: Snapshot | None = None
+        self.border_title = "stages"
+
+    def show(self, snapshot: Snapshot) -> None:
+        self.snapshot = snapshot
+        self.refresh(layout=True)
+
+    def render(self) -> Text:
+        return render_stages(self.snapshot, self.content_region.width or 80)
