@@ -97,26 +97,28 @@ def client_loop(
 
 # --------------------------------------------------------------------------- model
 class GenState:
-    """Per-batch generation state: per-layer normalized inputs seen so far, padding, positions."""
+    """Per-batch generation state: key padding, next positions, per-layer key/value cache."""
 
     def __init__(self, pad: object) -> None:
         import torch
 
         self.key_pad = pad  # (B, T) bool, True where a position is padding
-        self.layer_inputs: list[torch.Tensor] = []
+        self.keys: list[torch.Tensor] = []  # per layer (B, H, T, head_dim)
+        self.values: list[torch.Tensor] = []
         self.next_pos: torch.Tensor | None = None
 
 
 def build_model(vocab_size: int, args: argparse.Namespace):  # noqa: ANN201
     import torch
+    import torch.nn.functional as F  # noqa: N812
     from torch import nn
 
     class TinyCausalLM(nn.Module):
         """Decoder-only LM built from ``nn.TransformerEncoderLayer`` (pre-norm) + causal mask.
 
-        The first call for a batch (empty state) runs the whole prompt through the layers; later
-        calls take one new token per row and attend over the stored per-layer inputs, so each
-        step costs one token's worth of MLP plus attention over the context.
+        The first call for a batch (empty state) runs the whole prompt through the layers and
+        fills a key/value cache; later calls take one new token per row and attend over the
+        cache, as incremental generation does.
         """
 
         def __init__(self) -> None:
@@ -136,9 +138,18 @@ def build_model(vocab_size: int, args: argparse.Namespace):  # noqa: ANN201
             self.lm_head.weight = self.embed.weight  # tied embeddings
 
         def forward(self, ids: torch.Tensor, state: GenState) -> torch.Tensor:
-            if not state.layer_inputs:
+            if not state.keys:
                 return self._prefill(ids, state)
             return self._step(ids, state)
+
+        def _kv(self, layer: nn.TransformerEncoderLayer, h: torch.Tensor):  # noqa: ANN202
+            """Project normalized inputs ``h`` (B, T, D) to per-head keys and values."""
+            attn = layer.self_attn
+            d = h.shape[-1]
+            kv = F.linear(h, attn.in_proj_weight[d:], attn.in_proj_bias[d:])
+            b, t, _ = kv.shape
+            kv = kv.view(b, t, 2, self.n_heads, d // self.n_heads).permute(2, 0, 3, 1, 4)
+            return kv[0], kv[1]
 
         def _prefill(self, ids: torch.Tensor, state: GenState) -> torch.Tensor:
             pad = state.key_pad
@@ -154,23 +165,30 @@ def build_model(vocab_size: int, args: argparse.Namespace):  # noqa: ANN201
             mask &= ~torch.eye(t, dtype=torch.bool).unsqueeze(0)
             mask = mask.repeat_interleave(self.n_heads, dim=0)  # (B*H, T, T)
             for layer in self.layers:
-                state.layer_inputs.append(layer.norm1(x))
+                k, v = self._kv(layer, layer.norm1(x))
+                state.keys.append(k)
+                state.values.append(v)
                 x = layer(x, src_mask=mask)
             return self.lm_head(self.norm(x[:, -1]))
 
         def _step(self, ids: torch.Tensor, state: GenState) -> torch.Tensor:
-            # ids: (B, 1), the tokens chosen at the previous step.
+            """One new token per row (ids: (B, 1)) against the key/value cache."""
+            b = ids.shape[0]
             state.key_pad = torch.cat([state.key_pad, state.key_pad.new_zeros(ids.shape)], 1)
+            visible = (~state.key_pad).view(b, 1, 1, -1)
             x = self.embed(ids) + self.pos(state.next_pos).unsqueeze(1)
             state.next_pos = state.next_pos + 1
+            d = x.shape[-1]
+            heads = self.n_heads
             for i, layer in enumerate(self.layers):
-                h = layer.norm1(x)
-                ctx = torch.cat([state.layer_inputs[i], h], 1)
-                state.layer_inputs[i] = ctx
-                attn, _ = layer.self_attn(
-                    h, ctx, ctx, key_padding_mask=state.key_pad, need_weights=False
-                )
-                x = x + attn
+                attn = layer.self_attn
+                qkv = F.linear(layer.norm1(x), attn.in_proj_weight, attn.in_proj_bias)
+                q, k, v = qkv.view(b, 1, 3, heads, d // heads).permute(2, 0, 3, 1, 4)
+                keys = torch.cat([state.keys[i], k], 2)
+                values = torch.cat([state.values[i], v], 2)
+                state.keys[i], state.values[i] = keys, values
+                o = F.scaled_dot_product_attention(q, keys, values, attn_mask=visible)
+                x = x + attn.out_proj(o.transpose(1, 2).reshape(b, 1, d))
                 x = x + layer.linear2(layer.activation(layer.linear1(layer.norm2(x))))
             return self.lm_head(self.norm(x[:, -1]))
 

@@ -1,0 +1,259 @@
+"""The flame view: the session's call tree as an indented icicle list with zoom.
+
+Each row is a frame: a bar (its share of the zoomed root), total %, self % (of every sample
+shown, under the stage filter), then the function indented by depth, and file:line. The zoom
+is a frame path, so it survives new snapshots; if the path disappears the view goes to the root.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich.segment import Segment
+from rich.style import Style
+from textual import events
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.geometry import Size
+from textual.message import Message
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+from textual.widgets import Static
+
+from infertop.analysis.flame import FlameNode
+from infertop.analysis.snapshot import Snapshot
+from infertop.model.events import Frame
+from infertop.tui.palette import bar, stage_color
+
+MIN_SHARE = 0.005  # rows under 0.5 % of the zoomed root are left out
+MAX_INDENT = 24
+NUMBERS_W = 14  # " 45.2%  12.0% "
+
+
+@dataclass(frozen=True)
+class FlameRow:
+    node: FlameNode
+    depth: int
+
+
+def flame_rows(zoom: FlameNode, zoomed: bool, min_share: float = MIN_SHARE) -> list[FlameRow]:
+    """Depth-first rows under ``zoom`` (itself included when zoomed), biggest children first."""
+    if zoom.total <= 0:
+        return []
+    cutoff = zoom.total * min_share
+    rows: list[FlameRow] = []
+    start = [(zoom, 0)] if zoomed else [(c, 0) for c in zoom.sorted_children()]
+    stack = [item for item in reversed(start) if item[0].total >= cutoff]
+    while stack:
+        node, depth = stack.pop()
+        rows.append(FlameRow(node, depth))
+        kids = [c for c in node.sorted_children() if c.total >= cutoff]
+        stack.extend((c, depth + 1) for c in reversed(kids))
+    return rows
+
+
+def breadcrumb(path: list[Frame], width: int) -> str:
+    """``all › a › b``, dropping the outermost names (``…``) to fit ``width``."""
+    names = [f.function for f in path]
+    dropped = False
+    while True:
+        text = " › ".join(["all"] + (["…"] if dropped else []) + names)
+        if len(text) <= width or len(names) <= 1:
+            return text if len(text) <= width else text[: max(1, width - 1)] + "…"
+        names, dropped = names[1:], True
+
+
+class FlameList(ScrollView, can_focus=True, inherit_bindings=False):
+    """The scrolling list of frames with a cursor; enter zooms in, escape zooms out."""
+
+    BINDINGS = [
+        Binding("up", "cursor(-1)", "Up", show=False),
+        Binding("down", "cursor(1)", "Down", show=False),
+        Binding("pageup", "page(-1)", "Page up", show=False),
+        Binding("pagedown", "page(1)", "Page down", show=False),
+        Binding("enter", "zoom_in", "Zoom"),
+        Binding("escape,backspace", "zoom_out", "Unzoom", key_display="esc"),
+    ]
+
+    class ZoomChanged(Message):
+        """The zoom path or the data changed: the panel redraws its header."""
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.snapshot: Snapshot | None = None
+        self.zoom: list[Frame] = []
+        self.rows: list[FlameRow] = []
+        self.cursor = 0
+        self._cursor_path: list[Frame] | None = None
+        self._zoom_node: FlameNode | None = None
+
+    # -- data -------------------------------------------------------------------------------
+    def show(self, snapshot: Snapshot) -> None:
+        self.snapshot = snapshot
+        self._rebuild()
+
+    @property
+    def root(self) -> FlameNode | None:
+        return self.snapshot.flame if self.snapshot is not None else None
+
+    @property
+    def selected(self) -> FlameNode | None:
+        return self.rows[self.cursor].node if 0 <= self.cursor < len(self.rows) else None
+
+    def _rebuild(self) -> None:
+        root = self.root
+        if root is None:
+            self.rows, self._zoom_node = [], None
+        else:
+            node = root.find(self.zoom) if self.zoom else root
+            if node is None:  # the zoomed frame is gone (a new stage filter, a seek): go home
+                self.zoom, node = [], root
+            self._zoom_node = node
+            self.rows = flame_rows(node, zoomed=bool(self.zoom))
+        self.cursor = self._index_of(self._cursor_path)
+        self.virtual_size = Size(self.size.width, max(1, len(self.rows)))
+        self._keep_cursor_visible()
+        self.refresh()
+        self.post_message(self.ZoomChanged())
+
+    def _index_of(self, path: list[Frame] | None) -> int:
+        if path is not None:
+            for i, row in enumerate(self.rows):
+                if row.node.path() == path:
+                    return i
+        return min(self.cursor, max(0, len(self.rows) - 1))
+
+    # -- actions ------------------------------------------------------------------------------
+    def _move_to(self, index: int) -> None:
+        if not self.rows:
+            return
+        self.cursor = min(max(0, index), len(self.rows) - 1)
+        self._cursor_path = self.rows[self.cursor].node.path()
+        self._keep_cursor_visible()
+        self.refresh()
+
+    def action_cursor(self, step: int) -> None:
+        self._move_to(self.cursor + step)
+
+    def action_page(self, direction: int) -> None:
+        self._move_to(self.cursor + direction * max(1, self.scrollable_content_region.height - 1))
+
+    def action_zoom_in(self) -> None:
+        node = self.selected
+        if node is None or node.frame is None:
+            return
+        self.zoom = node.path()
+        self._cursor_path = self.zoom
+        self._rebuild()
+
+    def action_zoom_out(self) -> None:
+        if not self.zoom:
+            return
+        self._cursor_path = self.zoom
+        self.zoom = self.zoom[:-1]
+        self._rebuild()
+
+    def on_click(self, event: events.Click) -> None:
+        self._move_to(int(self.scroll_offset.y) + event.y)
+
+    def _keep_cursor_visible(self) -> None:
+        height = self.scrollable_content_region.height
+        if height <= 0:
+            return
+        top = int(self.scroll_offset.y)
+        if self.cursor < top:
+            self.scroll_to(y=self.cursor, animate=False, immediate=True)
+        elif self.cursor >= top + height:
+            self.scroll_to(y=self.cursor - height + 1, animate=False, immediate=True)
+
+    # -- drawing ------------------------------------------------------------------------------
+    def on_resize(self) -> None:
+        self.virtual_size = Size(self.size.width, max(1, len(self.rows)))
+
+    def render_line(self, y: int) -> Strip:
+        width = self.scrollable_content_region.width
+        index = int(self.scroll_offset.y) + y
+        if not self.rows:
+            if y != 0:
+                return Strip.blank(width)
+            root = self.root
+            text = (
+                "waiting for samples…"
+                if root is None or self.snapshot is None or self.snapshot.samples == 0
+                else f"no samples in stage {self.snapshot.stage_filter}"
+                if self.snapshot.stage_filter
+                else "no Python stacks yet"
+            )
+            return Strip([Segment(text, Style(dim=True, italic=True))]).adjust_cell_length(width)
+        if index >= len(self.rows):
+            return Strip.blank(width)
+        return self._render_row(self.rows[index], index == self.cursor, width)
+
+    def _render_row(self, row: FlameRow, selected: bool, width: int) -> Strip:
+        node, root, zoom = row.node, self.root, self._zoom_node
+        assert root is not None and zoom is not None and node.frame is not None
+        color = stage_color(node.stage)
+        base = Style(bgcolor="#2a3850") if selected and self.has_focus else (
+            Style(bgcolor="#303030") if selected else Style()
+        )
+        bar_w = 10 if width >= 70 else 6
+        filled, empty = bar(node.total / zoom.total if zoom.total else 0.0, bar_w)
+        total_pct = node.total / root.total * 100 if root.total else 0.0
+        self_pct = node.self_count / root.total * 100 if root.total else 0.0
+        indent = "·" * row.depth if row.depth <= MAX_INDENT else "…" + "·" * (MAX_INDENT - 1)
+        frame = node.frame
+        segments = [
+            Segment(filled, base + Style(color=color)),
+            Segment(empty, base + Style(bgcolor="#262626" if not selected else None)),
+            Segment(f"{total_pct:6.1f}%{self_pct:6.1f}%  ", base + Style(bold=selected)),
+            Segment(indent, base + Style(color="#4e4e4e")),
+            Segment(frame.function, base + Style(color=color, bold=True)),
+            Segment(f"  {frame.short_file}:{frame.line}", base + Style(color="#8a8a8a")),
+        ]
+        return Strip(segments).crop(0, width).extend_cell_length(width, base)
+
+
+class FlamePanel(Vertical):
+    """The flame list under a one-line header: stage filter and zoom breadcrumb."""
+
+    def compose(self) -> ComposeResult:
+        yield Static("", id="flame-crumb")
+        yield FlameList(id="flame-list")
+
+    def on_mount(self) -> None:
+        self._update_header()
+
+    @property
+    def flame_list(self) -> FlameList:
+        return self.query_one(FlameList)
+
+    def show(self, snapshot: Snapshot) -> None:
+        self.flame_list.show(snapshot)
+
+    def on_flame_list_zoom_changed(self, event: FlameList.ZoomChanged) -> None:
+        event.stop()
+        self._update_header()
+
+    def on_resize(self) -> None:
+        self._update_header()
+
+    def _update_header(self) -> None:
+        flame = self.flame_list
+        snap = flame.snapshot
+        stage = snap.stage_filter if snap is not None else None
+        title = f"flame · stage: {stage or 'all'}"
+        self.border_title = title
+        width = max(10, self.content_region.width or 78)
+        crumb = breadcrumb(flame.zoom, width - 24)
+        total = flame.root.total if flame.root is not None else 0
+        zoom = flame._zoom_node
+        share = f"{zoom.total / total * 100:.1f}% of samples" if zoom and total and flame.zoom else ""
+        header = f"⌂ {crumb}"
+        pad = max(1, width - len(header) - len(share))
+        self.query_one("#flame-crumb", Static).update(f"[b]{_escape(header)}[/b]{' ' * pad}[dim]{share}[/]")
+        self.set_class(bool(stage), "-filtered")
+
+
+def _escape(text: str) -> str:
+    return text.replace("[", "\\[")
