@@ -22,6 +22,7 @@ from infertop.model.events import (
     Marker,
     SampleWindow,
     StackDef,
+    StageRules,
     StageSpan,
     TargetExited,
     TargetInfo,
@@ -95,7 +96,7 @@ class LiveSource:
         self.stop_recording()
         self.writer = RecordingWriter(path)
         s = self.session
-        prelude: list[Event] = [s.target]
+        prelude: list[Event] = [s.target, StageRules(self.config.stage_rules)]
         prelude += [ThreadDef(tid, name) for tid, name in s.threads.items()]
         prelude += [FrameDef(i, f) for i, f in enumerate(s.symbols.frames)]
         prelude += [StackDef(i, st) for i, st in enumerate(s.symbols.stacks)]
@@ -149,6 +150,9 @@ class ReplaySource:
         self.t0 = windows[0].t_start if windows else (target.started if target else 0.0)
         self.t1 = max((t for t in times), default=self.t0)
         self.t1 = max(self.t1, self.t0)
+        recorded = next((e.rules for e in self.events if isinstance(e, StageRules)), ())
+        #: rules given now win over the rules the recording was made with
+        self.rules = tuple(config.stage_rules) + tuple(recorded)
         self.playing = False
         self.speed = 1.0
         self._last_wall = time.monotonic()
@@ -162,7 +166,7 @@ class ReplaySource:
         return self.t1 - self.t0
 
     def _reset(self) -> None:
-        self.session = Session(classifier=StageClassifier(self.config.stage_rules))
+        self.session = Session(classifier=StageClassifier(self.rules))
         self._next = 0
 
     def seek(self, position: float) -> None:

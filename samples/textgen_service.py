@@ -25,6 +25,11 @@ _REPO_ROOT = str(Path(__file__).resolve().parent.parent)
 if _REPO_ROOT not in sys.path:
     sys.path.insert(0, _REPO_ROOT)
 
+if __name__ == "__main__":  # catch SIGINT/SIGTERM already while torch is being imported
+    from samples.common.runtime import install_stop_handlers
+
+    install_stop_handlers()
+
 import argparse  # noqa: E402
 import json  # noqa: E402
 import queue  # noqa: E402
@@ -33,6 +38,10 @@ import re  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402, N812
+from torch import nn  # noqa: E402
 
 from samples.common.runtime import (  # noqa: E402
     COMMON_EPILOG,
@@ -90,117 +99,108 @@ def client_loop(
         req = Request(rid=cid * 10_000_000 + n, prompt=make_prompt(rng, words, *args.prompt_words))
         n += 1
         requests.put(req)
-        while not req.done.wait(0.2):
-            if stop.is_set():
-                return
+        req.done.wait()  # set by the batcher, or by the shutdown drain
 
 
 # --------------------------------------------------------------------------- model
 class GenState:
     """Per-batch generation state: key padding, next positions, per-layer key/value cache."""
 
-    def __init__(self, pad: object) -> None:
-        import torch
-
+    def __init__(self, pad: torch.Tensor) -> None:
         self.key_pad = pad  # (B, T) bool, True where a position is padding
         self.keys: list[torch.Tensor] = []  # per layer (B, H, T, head_dim)
         self.values: list[torch.Tensor] = []
         self.next_pos: torch.Tensor | None = None
 
 
-def build_model(vocab_size: int, args: argparse.Namespace):  # noqa: ANN201
-    import torch
-    import torch.nn.functional as F  # noqa: N812
-    from torch import nn
+class TinyCausalLM(nn.Module):
+    """Decoder-only LM built from ``nn.TransformerEncoderLayer`` (pre-norm) + causal mask.
 
-    class TinyCausalLM(nn.Module):
-        """Decoder-only LM built from ``nn.TransformerEncoderLayer`` (pre-norm) + causal mask.
+    The first call for a batch (empty state) runs the whole prompt through the layers and
+    fills a key/value cache; later calls take one new token per row and attend over the
+    cache, as incremental generation does.
+    """
 
-        The first call for a batch (empty state) runs the whole prompt through the layers and
-        fills a key/value cache; later calls take one new token per row and attend over the
-        cache, as incremental generation does.
-        """
-
-        def __init__(self) -> None:
-            super().__init__()
-            d = args.d_model
-            self.n_heads = args.heads
-            self.embed = nn.Embedding(vocab_size, d)
-            self.pos = nn.Embedding(args.max_positions, d)
-            self.layers = nn.ModuleList(
-                nn.TransformerEncoderLayer(
-                    d, args.heads, args.d_ff, dropout=0.0, batch_first=True, norm_first=True
-                )
-                for _ in range(args.layers)
+    def __init__(self, vocab_size: int, args: argparse.Namespace) -> None:
+        super().__init__()
+        d = args.d_model
+        self.n_heads = args.heads
+        self.embed = nn.Embedding(vocab_size, d)
+        self.pos = nn.Embedding(args.max_positions, d)
+        self.layers = nn.ModuleList(
+            nn.TransformerEncoderLayer(
+                d, args.heads, args.d_ff, dropout=0.0, batch_first=True, norm_first=True
             )
-            self.norm = nn.LayerNorm(d)
-            self.lm_head = nn.Linear(d, vocab_size, bias=False)
-            self.lm_head.weight = self.embed.weight  # tied embeddings
+            for _ in range(args.layers)
+        )
+        self.norm = nn.LayerNorm(d)
+        self.lm_head = nn.Linear(d, vocab_size, bias=False)
+        self.lm_head.weight = self.embed.weight  # tied embeddings
 
-        def forward(self, ids: torch.Tensor, state: GenState) -> torch.Tensor:
-            if not state.keys:
-                return self._prefill(ids, state)
-            return self._step(ids, state)
+    def forward(self, ids: torch.Tensor, state: GenState) -> torch.Tensor:
+        if not state.keys:
+            return self._prefill(ids, state)
+        return self._step(ids, state)
 
-        def _kv(self, layer: nn.TransformerEncoderLayer, h: torch.Tensor):  # noqa: ANN202
-            """Project normalized inputs ``h`` (B, T, D) to per-head keys and values."""
+    def _kv(self, layer: nn.TransformerEncoderLayer, h: torch.Tensor):  # noqa: ANN202
+        """Project normalized inputs ``h`` (B, T, D) to per-head keys and values."""
+        attn = layer.self_attn
+        d = h.shape[-1]
+        kv = F.linear(h, attn.in_proj_weight[d:], attn.in_proj_bias[d:])
+        b, t, _ = kv.shape
+        kv = kv.view(b, t, 2, self.n_heads, d // self.n_heads).permute(2, 0, 3, 1, 4)
+        return kv[0], kv[1]
+
+    def _prefill(self, ids: torch.Tensor, state: GenState) -> torch.Tensor:
+        pad = state.key_pad
+        b, t = ids.shape
+        real = ~pad
+        pos = (real.long().cumsum(1) - 1).clamp_(min=0)
+        state.next_pos = pos[:, -1] + 1
+        x = self.embed(ids) + self.pos(pos)
+        # Mask: causal, plus padded keys; every position may always see itself so that
+        # all-padding rows stay finite.
+        causal = torch.ones(t, t, dtype=torch.bool).triu_(1)
+        mask = causal.unsqueeze(0) | pad.unsqueeze(1)
+        mask &= ~torch.eye(t, dtype=torch.bool).unsqueeze(0)
+        mask = mask.repeat_interleave(self.n_heads, dim=0)  # (B*H, T, T)
+        for layer in self.layers:
+            k, v = self._kv(layer, layer.norm1(x))
+            state.keys.append(k)
+            state.values.append(v)
+            x = layer(x, src_mask=mask)
+        return self.lm_head(self.norm(x[:, -1]))
+
+    def _step(self, ids: torch.Tensor, state: GenState) -> torch.Tensor:
+        """One new token per row (ids: (B, 1)) against the key/value cache."""
+        b = ids.shape[0]
+        state.key_pad = torch.cat([state.key_pad, state.key_pad.new_zeros(ids.shape)], 1)
+        visible = (~state.key_pad).view(b, 1, 1, -1)
+        x = self.embed(ids) + self.pos(state.next_pos).unsqueeze(1)
+        state.next_pos = state.next_pos + 1
+        d = x.shape[-1]
+        heads = self.n_heads
+        for i, layer in enumerate(self.layers):
             attn = layer.self_attn
-            d = h.shape[-1]
-            kv = F.linear(h, attn.in_proj_weight[d:], attn.in_proj_bias[d:])
-            b, t, _ = kv.shape
-            kv = kv.view(b, t, 2, self.n_heads, d // self.n_heads).permute(2, 0, 3, 1, 4)
-            return kv[0], kv[1]
+            qkv = F.linear(layer.norm1(x), attn.in_proj_weight, attn.in_proj_bias)
+            q, k, v = qkv.view(b, 1, 3, heads, d // heads).permute(2, 0, 3, 1, 4)
+            keys = torch.cat([state.keys[i], k], 2)
+            values = torch.cat([state.values[i], v], 2)
+            state.keys[i], state.values[i] = keys, values
+            o = F.scaled_dot_product_attention(q, keys, values, attn_mask=visible)
+            x = x + attn.out_proj(o.transpose(1, 2).reshape(b, 1, d))
+            x = x + layer.linear2(layer.activation(layer.linear1(layer.norm2(x))))
+        return self.lm_head(self.norm(x[:, -1]))
 
-        def _prefill(self, ids: torch.Tensor, state: GenState) -> torch.Tensor:
-            pad = state.key_pad
-            b, t = ids.shape
-            real = ~pad
-            pos = (real.long().cumsum(1) - 1).clamp_(min=0)
-            state.next_pos = pos[:, -1] + 1
-            x = self.embed(ids) + self.pos(pos)
-            # Mask: causal, plus padded keys; every position may always see itself so that
-            # all-padding rows stay finite.
-            causal = torch.ones(t, t, dtype=torch.bool).triu_(1)
-            mask = causal.unsqueeze(0) | pad.unsqueeze(1)
-            mask &= ~torch.eye(t, dtype=torch.bool).unsqueeze(0)
-            mask = mask.repeat_interleave(self.n_heads, dim=0)  # (B*H, T, T)
-            for layer in self.layers:
-                k, v = self._kv(layer, layer.norm1(x))
-                state.keys.append(k)
-                state.values.append(v)
-                x = layer(x, src_mask=mask)
-            return self.lm_head(self.norm(x[:, -1]))
 
-        def _step(self, ids: torch.Tensor, state: GenState) -> torch.Tensor:
-            """One new token per row (ids: (B, 1)) against the key/value cache."""
-            b = ids.shape[0]
-            state.key_pad = torch.cat([state.key_pad, state.key_pad.new_zeros(ids.shape)], 1)
-            visible = (~state.key_pad).view(b, 1, 1, -1)
-            x = self.embed(ids) + self.pos(state.next_pos).unsqueeze(1)
-            state.next_pos = state.next_pos + 1
-            d = x.shape[-1]
-            heads = self.n_heads
-            for i, layer in enumerate(self.layers):
-                attn = layer.self_attn
-                qkv = F.linear(layer.norm1(x), attn.in_proj_weight, attn.in_proj_bias)
-                q, k, v = qkv.view(b, 1, 3, heads, d // heads).permute(2, 0, 3, 1, 4)
-                keys = torch.cat([state.keys[i], k], 2)
-                values = torch.cat([state.values[i], v], 2)
-                state.keys[i], state.values[i] = keys, values
-                o = F.scaled_dot_product_attention(q, keys, values, attn_mask=visible)
-                x = x + attn.out_proj(o.transpose(1, 2).reshape(b, 1, d))
-                x = x + layer.linear2(layer.activation(layer.linear1(layer.norm2(x))))
-            return self.lm_head(self.norm(x[:, -1]))
-
-    model = TinyCausalLM()
+def build_model(vocab_size: int, args: argparse.Namespace) -> TinyCausalLM:
+    model = TinyCausalLM(vocab_size, args)
     model.eval()
     return model
 
 
 # --------------------------------------------------------------------------- pipeline
 def tokenize_batch(tokenizer, prompts: list[str], max_tokens: int):  # noqa: ANN001, ANN201
-    import torch
-
     rows, lengths = tokenizer.encode_batch(prompts, max_length=max_tokens)
     ids = torch.tensor(rows, dtype=torch.long)
     return ids, ids == tokenizer.pad_id, lengths
@@ -221,8 +221,6 @@ def postprocess_logits(logits, temperature: float, top_k: int, n_special: int): 
 
 def sample_next_token(logits, args: argparse.Namespace, n_special: int, gen):  # noqa: ANN001, ANN201
     """One sampling step: returns (next ids (B,1), their logprobs, top ids, top logprobs)."""
-    import torch
-
     scaled, vals, idx = postprocess_logits(logits, args.temperature, args.top_k, n_special)
     probs = torch.softmax(vals, dim=-1)
     choice = torch.multinomial(probs, 1, generator=gen)
@@ -235,8 +233,6 @@ def sample_next_token(logits, args: argparse.Namespace, n_special: int, gen):  #
 
 def generate(model, ids, pad, args, n_special, gen, clock: StageClock):  # noqa: ANN001, ANN201
     """Prefill, then --new-tokens steps of sample-then-extend. Returns stacked step outputs."""
-    import torch
-
     steps_ids, steps_lp, steps_top_ids, steps_top_lp = [], [], [], []
     state = GenState(pad)
     with torch.inference_mode():
@@ -257,8 +253,6 @@ def generate(model, ids, pad, args, n_special, gen, clock: StageClock):  # noqa:
 
 def postprocess_outputs(tokenizer, batch, lengths, outs, timings, model_name):  # noqa: ANN001, ANN201
     """Turn per-step tensors into decoded text and OpenAI-style response dicts."""
-    import torch
-
     steps_ids, steps_lp, steps_top_ids, steps_top_lp = outs
     token_ids = torch.cat(steps_ids, 1).tolist()  # (B, N)
     token_lp = torch.stack(steps_lp, 1).tolist()  # (B, N)
@@ -324,8 +318,6 @@ class Batcher:
     """Owns the model and tokenizer; collects batches from the queue and serves them."""
 
     def __init__(self, tokenizer, model, args: argparse.Namespace, clock: StageClock) -> None:  # noqa: ANN001
-        import torch
-
         self.tokenizer = tokenizer
         self.model = model
         self.args = args
@@ -387,6 +379,16 @@ class Batcher:
                 self.serve(batch)
 
 
+def drain(requests: queue.Queue[Request]) -> None:
+    """Answer every request still queued with an empty body (used at shutdown)."""
+    while True:
+        try:
+            req = requests.get_nowait()
+        except queue.Empty:
+            return
+        req.done.set()
+
+
 # --------------------------------------------------------------------------- main
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
@@ -420,9 +422,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--prompt-words",
         type=int,
         nargs=2,
-        default=(30, 60),
+        default=(100, 160),
         metavar=("MIN", "MAX"),
-        help="prompt length range in words (default 30 60)",
+        help="prompt length range in words (default 100 160, about 230-370 tokens)",
     )
     s.add_argument(
         "--slow-tokenizer",
@@ -442,14 +444,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     m.add_argument(
         "--top-logprobs",
         type=int,
-        default=10,
-        help="alternatives reported per generated token in the response (default 10)",
+        default=8,
+        help="alternatives reported per generated token in the response (default 8)",
     )
     m.add_argument("--d-model", type=int, default=128, help="model width (128)")
     m.add_argument("--layers", type=int, default=2, help="transformer layers (2)")
     m.add_argument("--heads", type=int, default=4, help="attention heads (4)")
-    m.add_argument("--d-ff", type=int, default=512, help="feed-forward width (512)")
-    m.add_argument("--max-prompt-tokens", type=int, default=192, help="prompt truncation (192)")
+    m.add_argument("--d-ff", type=int, default=256, help="feed-forward width (256)")
+    m.add_argument(
+        "--max-prompt-tokens",
+        type=int,
+        default=128,
+        help="context window: prompts keep their last N tokens (default 128)",
+    )
     args = p.parse_args(argv)
     args.max_positions = args.max_prompt_tokens + args.new_tokens + 1
     if args.new_tokens < 1 or args.max_batch < 1 or args.clients < 1:
@@ -488,8 +495,12 @@ def main(argv: list[str] | None = None) -> int:
 
     serve_until_stopped(stop, args.duration, ThroughputReporter(lambda: clock.requests))
     stop.set()
-    for t in threads:
-        t.join(timeout=5.0)
+    threads[0].join(timeout=5.0)  # the batcher finishes its batch and returns
+    deadline = time.perf_counter() + 3.0
+    for t in threads[1:]:  # release clients still waiting for a reply
+        while t.is_alive() and time.perf_counter() < deadline:
+            drain(requests)
+            t.join(timeout=0.05)
     clock.close(args.truth)
     return 0
 

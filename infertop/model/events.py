@@ -113,6 +113,13 @@ class Marker:
     extra: dict[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class StageRules:
+    """The user's stage rules at record time, so a recording reads the way it was seen."""
+
+    rules: tuple[tuple[str, str], ...]
+
+
 Event = Union[
     TargetInfo,
     FrameDef,
@@ -123,4 +130,5 @@ Event = Union[
     StageSpan,
     TargetExited,
     Marker,
+    StageRules,
 ]

@@ -23,6 +23,7 @@ from infertop.model.events import (
     Marker,
     SampleWindow,
     StackDef,
+    StageRules,
     StageSpan,
     TargetExited,
     TargetInfo,
@@ -36,7 +37,7 @@ HEADER = struct.Struct(">8sHH")
 RECORD = struct.Struct(">II")
 MAX_RECORD = 256 * 1024 * 1024
 
-TARGET, FRAME, STACK, THREAD, WINDOW, STATUS, SPAN, EXITED, MARKER = range(1, 10)
+TARGET, FRAME, STACK, THREAD, WINDOW, STATUS, SPAN, EXITED, MARKER, RULES = range(1, 11)
 
 
 def encode_event(ev: Event) -> list[Any]:
@@ -59,6 +60,8 @@ def encode_event(ev: Event) -> list[Any]:
         return [EXITED, ev.t, ev.reason]
     if isinstance(ev, Marker):
         return [MARKER, ev.t, ev.text, dict(ev.extra)]
+    if isinstance(ev, StageRules):
+        return [RULES, [[stage, pattern] for stage, pattern in ev.rules]]
     raise TypeError(f"cannot encode {type(ev).__name__}")
 
 
@@ -101,4 +104,6 @@ def decode_event(raw: Any) -> Event | None:
     if code == MARKER:
         extra = f[2] if isinstance(f[2], dict) else {}
         return Marker(float(f[0]), str(f[1]), {str(k): str(v) for k, v in extra.items()})
+    if code == RULES:
+        return StageRules(tuple((str(r[0]), str(r[1])) for r in f[0]))
     return None

@@ -52,16 +52,22 @@ def setup_torch(threads: int, seed: int) -> None:
     random.seed(seed)
 
 
+_STOP = threading.Event()
+
+
+def _on_signal(signum: int, frame: object) -> None:
+    _STOP.set()
+
+
 def install_stop_handlers() -> threading.Event:
-    """SIGINT and SIGTERM set the returned event instead of raising or killing the process."""
-    stop = threading.Event()
+    """SIGINT and SIGTERM set the returned event instead of raising or killing the process.
 
-    def on_signal(signum: int, frame: object) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
-    return stop
+    Idempotent: scripts call it once before their heavy imports and again in ``main``; both
+    calls return the same event.
+    """
+    signal.signal(signal.SIGINT, _on_signal)
+    signal.signal(signal.SIGTERM, _on_signal)
+    return _STOP
 
 
 class ThroughputReporter:
@@ -75,6 +81,10 @@ class ThroughputReporter:
 
     def due(self) -> bool:
         return time.perf_counter() - self._last_t >= self.interval
+
+    def next_due(self) -> float:
+        """``time.perf_counter()`` value at which the next line is due."""
+        return self._last_t + self.interval
 
     def report(self) -> None:
         now = time.perf_counter()
@@ -92,16 +102,21 @@ def serve_until_stopped(
     stop: threading.Event,
     duration: float,
     reporter: ThroughputReporter,
-    tick: float = 0.1,
 ) -> None:
     """Main-thread loop for threaded samples: report throughput until stopped or timed out."""
     deadline = time.perf_counter() + duration if duration > 0 else None
     while not stop.is_set():
-        time.sleep(tick)
+        now = time.perf_counter()
+        if deadline is not None and now >= deadline:
+            stop.set()
+            break
         if reporter.due():
             reporter.report()
-        if deadline is not None and time.perf_counter() >= deadline:
-            stop.set()
+        wake = reporter.next_due()
+        if deadline is not None:
+            wake = min(wake, deadline)
+        # blocks in one lock wait; a signal handler setting ``stop`` ends it at once
+        stop.wait(max(0.0, wake - now))
 
 
 def run_inline(

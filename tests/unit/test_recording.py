@@ -14,6 +14,7 @@ from infertop.model.events import (
     FrameDef,
     SampleWindow,
     StackDef,
+    StageRules,
     StageSpan,
     TargetInfo,
     ThreadDef,
@@ -24,6 +25,7 @@ from infertop.record.writer import RecordingWriter
 
 EVENTS = [
     TargetInfo(42, "python serve.py", "3.11.7", None, 1000.0),
+    StageRules((("preprocess", "*server.py:encode_batch"),)),
     ThreadDef(7, "MainThread"),
     FrameDef(0, Frame("<module>", "/srv/serve.py", 3)),
     FrameDef(1, Frame("dumps", "/usr/lib/python3.11/json/__init__.py", 231)),
@@ -44,27 +46,27 @@ def write(path: str, batches: list[list]) -> None:
 
 def test_round_trip_is_exact(tmp_path) -> None:
     p = str(tmp_path / "a.infertop")
-    write(p, [EVENTS[:6], EVENTS[6:]])
+    write(p, [EVENTS[:7], EVENTS[7:]])
     rec = read_recording(p)
     assert rec.events == EVENTS and rec.warning is None and rec.version == (1, 0)
 
 
 def test_truncated_file_reads_up_to_the_damage(tmp_path) -> None:
     p = str(tmp_path / "a.infertop")
-    write(p, [EVENTS[:6], EVENTS[6:]])
+    write(p, [EVENTS[:7], EVENTS[7:]])
     data = open(p, "rb").read()
     rec = parse_recording(data[:-5], p)
-    assert rec.events == EVENTS[:6]
+    assert rec.events == EVENTS[:7]
     assert rec.warning and "cut short" in rec.warning
 
 
 def test_flipped_byte_stops_at_that_record(tmp_path) -> None:
     p = str(tmp_path / "a.infertop")
-    write(p, [EVENTS[:6], EVENTS[6:]])
+    write(p, [EVENTS[:7], EVENTS[7:]])
     data = bytearray(open(p, "rb").read())
     data[-3] ^= 0xFF
     rec = parse_recording(bytes(data), p)
-    assert rec.events == EVENTS[:6] and "checksum" in (rec.warning or "")
+    assert rec.events == EVENTS[:7] and "checksum" in (rec.warning or "")
 
 
 @pytest.mark.parametrize("data", [b"", b"INFER", b"\x00" * 64, os.urandom(4096), b'{"traceEvents": []}'])

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rich.segment import Segment
+from rich.text import Text
 from rich.style import Style
 from textual import events
 from textual.app import ComposeResult
@@ -68,12 +69,12 @@ class FlameList(ScrollView, can_focus=True, inherit_bindings=False):
     """The scrolling list of frames with a cursor; enter zooms in, escape zooms out."""
 
     BINDINGS = [
-        Binding("up", "cursor(-1)", "Up", show=False),
-        Binding("down", "cursor(1)", "Down", show=False),
-        Binding("pageup", "page(-1)", "Page up", show=False),
-        Binding("pagedown", "page(1)", "Page down", show=False),
-        Binding("enter", "zoom_in", "Zoom"),
-        Binding("escape,backspace", "zoom_out", "Unzoom", key_display="esc"),
+        Binding("up", "cursor(-1)", "Up", show=False, tooltip="flame: previous frame", key_display="↑"),
+        Binding("down", "cursor(1)", "Down", show=False, tooltip="flame: next frame", key_display="↓"),
+        Binding("pageup", "page(-1)", "PgUp", show=False, tooltip="flame: page up", key_display="pgup"),
+        Binding("pagedown", "page(1)", "PgDn", show=False, tooltip="flame: page down", key_display="pgdn"),
+        Binding("enter", "zoom_in", "Zoom", tooltip="flame: zoom into the selected frame"),
+        Binding("escape,backspace", "zoom_out", "Out", key_display="esc", tooltip="flame: zoom out one level"),
     ]
 
     class ZoomChanged(Message):
@@ -215,10 +216,10 @@ class FlameList(ScrollView, can_focus=True, inherit_bindings=False):
 
 
 class FlamePanel(Vertical):
-    """The flame list under a one-line header: stage filter and zoom breadcrumb."""
+    """The flame list under a header bar: the stage filter and the zoom breadcrumb."""
 
     def compose(self) -> ComposeResult:
-        yield Static("", id="flame-crumb")
+        yield Static(id="flame-header")
         yield FlameList(id="flame-list")
 
     def on_mount(self) -> None:
@@ -238,22 +239,21 @@ class FlamePanel(Vertical):
     def on_resize(self) -> None:
         self._update_header()
 
-    def _update_header(self) -> None:
+    def header_text(self, width: int) -> str:
+        """``flame · stage: all · all › main › forward (12.3%)``, fitted to ``width``."""
         flame = self.flame_list
         snap = flame.snapshot
         stage = snap.stage_filter if snap is not None else None
-        title = f"flame · stage: {stage or 'all'}"
-        self.border_title = title
-        width = max(10, self.content_region.width or 78)
-        crumb = breadcrumb(flame.zoom, width - 24)
-        total = flame.root.total if flame.root is not None else 0
-        zoom = flame._zoom_node
-        share = f"{zoom.total / total * 100:.1f}% of samples" if zoom and total and flame.zoom else ""
-        header = f"⌂ {crumb}"
-        pad = max(1, width - len(header) - len(share))
-        self.query_one("#flame-crumb", Static).update(f"[b]{_escape(header)}[/b]{' ' * pad}[dim]{share}[/]")
-        self.set_class(bool(stage), "-filtered")
+        head = f"flame · stage: {stage or 'all'} · "
+        zoom, root = flame._zoom_node, flame.root
+        share = ""
+        if flame.zoom and zoom is not None and root is not None and root.total:
+            share = f" ({zoom.total / root.total * 100:.1f}%)"
+        crumb = breadcrumb(flame.zoom, max(8, width - len(head) - len(share)))
+        return head + crumb + share
 
-
-def _escape(text: str) -> str:
-    return text.replace("[", "\\[")
+    def _update_header(self) -> None:
+        snap = self.flame_list.snapshot
+        width = max(20, self.content_region.width - 2)
+        self.query_one("#flame-header", Static).update(Text(" " + self.header_text(width)))
+        self.set_class(snap is not None and snap.stage_filter is not None, "-filtered")

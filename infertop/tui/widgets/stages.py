@@ -13,7 +13,6 @@ from infertop.tui.palette import bar, sparkline, stage_color
 NAME_W = 12  # "postprocess "
 PCT_W = 7  # "  45.2%"
 TOTAL_W = 9  # "   40.1%" (the session column)
-LAT_W = 32  # "  p50 12.3 p99 45.6 ms  12.0/s"
 
 
 def stage_history(history: tuple[dict[str, int], ...], stage: str) -> list[float]:
@@ -34,11 +33,11 @@ def _latency_text(share: StageShare) -> str:
     return f"p50 {lat.p50:.1f} p99 {lat.p99:.1f} ms{rate}"
 
 
-def layout_widths(width: int, with_latency: bool) -> tuple[int, int]:
+def layout_widths(width: int, latency_w: int) -> tuple[int, int]:
     """(bar width, sparkline width) for a panel ``width`` cells wide."""
-    fixed = NAME_W + PCT_W + TOTAL_W + 2 + (LAT_W if with_latency else 0)
+    fixed = NAME_W + PCT_W + TOTAL_W + 2 + (latency_w + 2 if latency_w else 0)
     free = max(0, width - fixed)
-    bar_w = min(30, max(4, free * 2 // 5))
+    bar_w = min(30, max(6, free * 2 // 5))
     spark_w = min(60, free - bar_w)
     return bar_w, spark_w if spark_w >= 4 else 0
 
@@ -48,18 +47,21 @@ def render_stages(snapshot: Snapshot | None, width: int, header: bool = True) ->
     if snapshot is None or not snapshot.recent:
         return Text("waiting for samples…", style="dim italic")
     totals = {s.name: s for s in snapshot.totals}
-    with_latency = any(s.latency_ms is not None for s in snapshot.recent)
-    with_latency = with_latency and width >= NAME_W + PCT_W + TOTAL_W + LAT_W + 12
-    bar_w, spark_w = layout_widths(width, with_latency)
+    latency_w = max((len(_latency_text(s)) for s in snapshot.recent), default=0)
+    if width < NAME_W + PCT_W + TOTAL_W + latency_w + 20:
+        latency_w = 0  # too narrow: shares and history matter more
+    with_latency = latency_w > 0
+    bar_w, spark_w = layout_widths(width, latency_w)
     lines: list[Text] = []
     if header:
-        head = Text(style="dim", no_wrap=True, overflow="ellipsis")
+        head = Text(style="bold #bcbcbc on #262626", no_wrap=True, overflow="ellipsis")
         head.append("stage".ljust(NAME_W) + "last 5 s".ljust(bar_w))
         head.append("share".rjust(PCT_W) + "session".rjust(TOTAL_W))
         if spark_w:
             head.append("  " + ("history" if spark_w >= 7 else "").ljust(spark_w))
         if with_latency:
             head.append("  latency")
+        head.append(" " * max(0, width - len(head)))
         lines.append(head)
     for share in snapshot.recent:
         color = stage_color(share.name)

@@ -1,0 +1,280 @@
+"""The infertop live (and replay) terminal UI.
+
+The app draws snapshots; it never pumps the source or builds one itself. An ``IngestWorker``
+thread does that and posts ``SnapshotReady``; the app takes the newest snapshot and assigns it
+to the widgets. Keys only put commands on the worker's queue, so they are answered at once.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from rich.text import Text
+from textual import events
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.widgets import Footer
+
+from infertop.analysis.snapshot import Snapshot
+from infertop.analysis.stages import IDLE
+from infertop.tui.ingest import (
+    IngestWorker,
+    ScaleSpeed,
+    SeekBy,
+    SeekTo,
+    SetStageFilter,
+    StartRecording,
+    StopRecording,
+    TogglePlay,
+)
+from infertop.tui.messages import IngestError, RecordingChanged, SnapshotReady
+from infertop.tui.palette import human_bytes
+from infertop.tui.screens.help import HelpScreen
+from infertop.tui.widgets.flame import FlameList, FlamePanel
+from infertop.tui.widgets.stages import StagePanel
+from infertop.tui.widgets.status import StatusLine
+from infertop.tui.widgets.timeline import Timeline
+
+COMPACT_BELOW = 32  # rows: under this the panels drop their side borders
+
+SEEK = Binding.Group("Seek", compact=True)
+SPEED = Binding.Group("Speed", compact=True)
+
+
+def _b(key: str, action: str, text: str, help_text: str, **kw: Any) -> Binding:
+    return Binding(key, action, text, tooltip=help_text, **kw)
+
+
+class InfertopApp(App[None]):
+    """Stage panel and flame view over a live target or a recording."""
+
+    CSS_PATH = "infertop.tcss"
+    ENABLE_COMMAND_PALETTE = False
+
+    BINDINGS = [
+        _b("q", "quit", "Quit", "quit (a recording in progress is closed cleanly)"),
+    ]
+    TAIL_BINDINGS = [
+        _b("s", "stage_filter", "Stage", "cycle the flame view's stage filter (all, then each stage)"),
+        _b("f", "toggle_flame", "Flame", "flame view only, for more rows (f again: both panels)"),
+        _b("question_mark", "help", "Help", "this help", key_display="?"),
+    ]
+
+    def __init__(
+        self,
+        source: Any,
+        *,
+        title: str,
+        on_exit: Callable[[Snapshot | None], None] | None = None,
+        interval: float = 0.25,
+    ) -> None:
+        super().__init__()
+        self.title = title
+        self.source = source
+        self.replay = getattr(source, "kind", "live") == "replay"
+        self.compact = False
+        self._on_exit = on_exit
+        # read before the worker owns the source
+        self._target_pid = source.session.target.pid
+        self._preset_record_path: str | None = None if self.replay else source.recording_path
+        self._recording = self._preset_record_path is not None
+        self._replay_path = getattr(getattr(source, "recording", None), "path", None)
+        self.worker = IngestWorker(source, self.post_message, interval)
+        self.latest: Snapshot | None = None  # newest snapshot from the worker
+        self.displayed: Snapshot | None = None  # the one the panels show (differs while paused)
+        self.paused = False
+        self.stage_filter: str | None = None
+        self.error: str | None = None
+
+    # -- layout -------------------------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        with Vertical(id="main"):
+            yield StagePanel(id="stages")
+            yield FlamePanel(id="flame")
+        if self.replay:
+            yield Timeline(id="timeline")
+        yield StatusLine(id="status")
+        yield Footer(compact=True)
+
+    def on_mount(self) -> None:
+        self.query_one("#stages", StagePanel).border_title = Text(self.title)
+        self.query_one("#flame", FlamePanel).border_title = "flame · session"
+        self._set_compact(self.size.height)
+        self.query_one(StatusLine).replay_path = self._replay_path
+        self.query_one(FlameList).focus()
+        self.worker.start()
+
+    def on_resize(self, event: events.Resize) -> None:
+        self._set_compact(event.size.height)
+
+    def _set_compact(self, height: int) -> None:
+        self.compact = height < COMPACT_BELOW
+        self.screen.set_class(self.compact, "-compact")
+
+    def on_unmount(self) -> None:
+        self.worker.stop()
+        if self._on_exit is not None:
+            self._on_exit(self.worker.final or self.latest)
+
+    # -- snapshots from the worker --------------------------------------------------------------
+    def on_snapshot_ready(self, _message: SnapshotReady) -> None:
+        snap = self.worker.take()
+        if snap is None:
+            return
+        self.latest = snap
+        self.query_one(StatusLine).show(snap)
+        frozen = self.paused and self.displayed is not None
+        if frozen and snap.stage_filter == self.displayed.stage_filter:  # type: ignore[union-attr]
+            return  # paused: collection goes on, the panels keep their picture
+        self._show_panels(snap)
+
+    def _show_panels(self, snap: Snapshot) -> None:
+        self.displayed = snap
+        self.query_one(StagePanel).show(snap)
+        self.query_one(FlamePanel).show(snap)
+        if self.replay:
+            self.query_one(Timeline).show(snap.replay)
+
+    def on_ingest_error(self, message: IngestError) -> None:
+        self.error = message.text
+        self.query_one(StatusLine).set_flags(error=message.text)
+
+    def on_recording_changed(self, message: RecordingChanged) -> None:
+        if message.error:
+            self._recording = False
+            self.notify(message.error, title="cannot record", severity="error", timeout=8, markup=False)
+        elif message.recording:
+            self.notify(f"recording to {message.path}", title="● REC", markup=False)
+        else:
+            size = human_bytes(message.size)
+            self.notify(f"saved {message.path} ({size})", title="recording stopped", markup=False)
+
+    # -- actions ----------------------------------------------------------------------------------
+    def action_pause(self) -> None:
+        """Live: freeze the panels (collection goes on)."""
+        self.paused = not self.paused
+        self.query_one(StatusLine).set_flags(paused=self.paused)
+        if not self.paused and self.latest is not None and self.latest is not self.displayed:
+            self._show_panels(self.latest)
+
+    def action_play(self) -> None:
+        self.worker.send(TogglePlay())
+
+    def action_seek(self, delta: float) -> None:
+        self.worker.send(SeekBy(float(delta)))
+
+    def action_seek_to(self, position: float) -> None:
+        self.worker.send(SeekTo(float(position)))
+
+    def action_seek_end(self) -> None:
+        self.worker.send(SeekTo(float("inf")))
+
+    def action_speed(self, factor: float) -> None:
+        self.worker.send(ScaleSpeed(float(factor)))
+
+    def action_record(self) -> None:
+        if self._recording:
+            self._recording = False
+            self.worker.send(StopRecording())
+        else:
+            try:
+                path = self.next_record_path()
+            except OSError as exc:  # e.g. the current directory was removed
+                self.notify(str(exc), title="cannot record", severity="error", markup=False)
+                return
+            self._recording = True
+            self.worker.send(StartRecording(path))
+
+    def next_record_path(self) -> str:
+        """The preset path the first time, else ``infertop-PID-TIME.infertop``; never overwrites."""
+        if self._preset_record_path and not os.path.exists(self._preset_record_path):
+            return self._preset_record_path
+        if self._preset_record_path:
+            stem, ext = os.path.splitext(self._preset_record_path)
+        else:
+            stem = f"infertop-{self._target_pid}-{time.strftime('%Y%m%d-%H%M%S')}"
+            ext = ".infertop"
+        path, n = stem + ext, 2
+        while os.path.exists(path):
+            path, n = f"{stem}-{n}{ext}", n + 1
+        return path
+
+    def stage_options(self) -> list[str | None]:
+        """None (all) then each stage with samples in the session, idle excluded (no stacks)."""
+        snap = self.latest
+        names = [s.name for s in snap.totals if s.name != IDLE and s.samples] if snap else []
+        return [None, *names]
+
+    def action_stage_filter(self) -> None:
+        options = self.stage_options()
+        i = options.index(self.stage_filter) if self.stage_filter in options else 0
+        self.stage_filter = options[(i + 1) % len(options)]
+        self.worker.send(SetStageFilter(self.stage_filter))
+
+    def action_toggle_flame(self) -> None:
+        panel = self.query_one(StagePanel)
+        panel.display = not panel.display
+
+    def help_rows(self) -> list[tuple[str, str]]:
+        """(keys, what they do) for every binding of this mode, the flame list's included."""
+        bindings: list[Binding] = []
+        for cls in reversed(type(self).__mro__):
+            if issubclass(cls, InfertopApp):
+                bindings += cls.__dict__.get("BINDINGS", [])
+        rows = []
+        for b in [*bindings, *FlameList.BINDINGS]:
+            assert isinstance(b, Binding)
+            if "," in b.key:
+                keys = " / ".join(KEY_NAMES.get(k, k) for k in b.key.split(","))
+            else:
+                keys = b.key_display or KEY_NAMES.get(b.key, b.key)
+            rows.append((keys, b.tooltip or b.description))
+        return rows
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen(self.help_rows(), "replay" if self.replay else "live"))
+
+
+class LiveApp(InfertopApp):
+    """Attached to a running process: pause freezes the display, r records."""
+
+    BINDINGS = [
+        _b("p", "pause", "Pause", "freeze the display; collecting (and recording) goes on"),
+        _b("r", "record", "Record", "start / stop recording to ./infertop-PID-TIME.infertop"),
+        *InfertopApp.TAIL_BINDINGS,
+    ]
+
+
+class ReplayApp(InfertopApp):
+    """Playing a recording: a timeline, play/pause, seek and speed."""
+
+    BINDINGS = [
+        _b("space,p", "play", "Play", "play / pause"),
+        _b("left", "seek(-5)", "-5s", "back 5 s", key_display="←", group=SEEK),
+        _b("right", "seek(5)", "+5s", "forward 5 s", key_display="→", group=SEEK),
+        _b("home", "seek_to(0)", "Start", "go to the start", show=False),
+        _b("end", "seek_end", "End", "go to the end", show=False),
+        _b("left_square_bracket", "speed(0.5)", "½×", "half speed", key_display="[", group=SPEED),
+        _b("right_square_bracket", "speed(2)", "2×", "double speed", key_display="]", group=SPEED),
+        *InfertopApp.TAIL_BINDINGS,
+    ]
+
+
+KEY_NAMES = {"escape": "esc"}
+
+
+def create_app(
+    source: Any,
+    *,
+    title: str,
+    on_exit: Callable[[Snapshot | None], None] | None = None,
+) -> InfertopApp:
+    """The TUI over ``source`` (a LiveSource or ReplaySource). ``on_exit`` gets the last snapshot
+    after the worker has stopped the source (and closed any recording)."""
+    cls = ReplayApp if getattr(source, "kind", "live") == "replay" else LiveApp
+    return cls(source, title=title, on_exit=on_exit)

@@ -1,0 +1,72 @@
+"""The help screen: every key, what it does, and how to read the views. Escape closes it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+from infertop.config import STAGES
+from infertop.tui.palette import stage_color
+
+READING = (
+    "Stage panel: each stage's share of active (non-idle) samples over the last 5 s, "
+    "its share over the whole session, and its history (one cell per sample window). "
+    "Idle is a share of all samples.\n"
+    "Flame: total% / self% are shares of all samples shown (under the stage filter); "
+    "the bar is the share of the zoomed frame. Frames under 0.5% are hidden."
+)
+
+
+def help_table(keys: Sequence[tuple[str, str]]) -> Table:
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold #5fafff", no_wrap=True)
+    table.add_column()
+    for key, text in keys:
+        table.add_row(key, text)
+    return table
+
+
+def legend() -> Text:
+    out = Text()
+    for stage in STAGES:
+        out.append("██ ", style=stage_color(stage))
+        out.append(stage + "  ")
+    return out
+
+
+class HelpScreen(ModalScreen[None]):
+    """A modal list of the keys; ``keys`` is (key, description) rows for this mode."""
+
+    BINDINGS = [
+        Binding("escape", "app.pop_screen", "Close"),
+        Binding("question_mark", "app.pop_screen", "Close", show=False),
+    ]
+
+    DEFAULT_CSS = """
+    HelpScreen { align: center middle; }
+    #help-box {
+        width: 84; max-width: 95%; height: auto; max-height: 90%;
+        border: round $accent; background: $surface; padding: 0 1;
+    }
+    #help-box > Static { width: 100%; }
+    """
+
+    def __init__(self, keys: Sequence[tuple[str, str]], mode: str) -> None:
+        super().__init__()
+        self.keys = list(keys)
+        self.mode = mode
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="help-box") as box:
+            box.border_title = f"infertop help ({self.mode})"
+            box.border_subtitle = "esc closes"
+            yield Static(help_table(self.keys), id="help-keys")
+            yield Static(Text("\n" + READING, style="dim"), id="help-reading")
+            yield Static(legend(), id="help-legend")

@@ -1,0 +1,162 @@
+"""The status line: target, sampling health, recording state, collectors, flags and notes."""
+
+from __future__ import annotations
+
+import os
+
+from rich.text import Text
+from textual.widget import Widget
+
+from infertop.analysis.snapshot import Snapshot
+from infertop.tui.palette import human_bytes
+
+STATE_STYLES = {"running": "green", "stopped": "dim", "unavailable": "red", "failed": "bold red"}
+SEP = " │ "
+SEP_STYLE = "#5f5f5f"
+
+
+def short_cmdline(cmdline: str | None, width: int = 40) -> str:
+    """``python serve.py --port 8000``: program names without their directories, cut to fit."""
+    if not cmdline:
+        return "?"
+    parts = cmdline.split()
+    parts = [os.path.basename(p) if i < 2 and "/" in p else p for i, p in enumerate(parts)]
+    text = " ".join(parts)
+    return text if len(text) <= width else text[: max(1, width - 1)] + "…"
+
+
+Part = tuple[int, Text, Text]  # (priority: lower is kept longer, full text, short text)
+
+
+def fit(parts: list[Part], width: int) -> Text:
+    """Join parts with separators to fit ``width``: the less important parts switch to their
+    short form, then the least important are dropped, and only then does the most important
+    one shorten; whatever is left over is cut with an ellipsis."""
+    chosen = [[prio, full, short] for prio, full, short in parts]
+    top = min((p[0] for p in chosen), default=0)
+
+    def length() -> int:
+        return sum(len(p[1]) for p in chosen) + len(SEP) * (len(chosen) - 1)
+
+    for part in sorted(chosen, key=lambda p: -p[0]):
+        if length() <= width:
+            break
+        if part[0] != top:
+            part[1] = part[2]
+    while len(chosen) > 1 and length() > width and max(p[0] for p in chosen) != top:
+        chosen.remove(max(chosen, key=lambda p: p[0]))
+    for part in chosen:
+        if length() > width:
+            part[1] = part[2]
+    row = Text(no_wrap=True, overflow="ellipsis")
+    for i, part in enumerate(chosen):
+        if i:
+            row.append(SEP, style=SEP_STYLE)
+        row.append_text(part[1])
+    return row
+
+
+class StatusLine(Widget):
+    """Two rows (more when there are notes or an error); always shows the newest snapshot."""
+
+    DEFAULT_CSS = """
+    StatusLine { height: auto; }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.snapshot: Snapshot | None = None
+        self.paused = False
+        self.error: str | None = None
+        self.replay_path: str | None = None
+
+    def show(self, snapshot: Snapshot) -> None:
+        self.snapshot = snapshot
+        self.refresh(layout=True)
+
+    def set_flags(self, *, paused: bool | None = None, error: str | None | bool = False) -> None:
+        """Update the paused flag and/or the error text (``False`` leaves it as it is)."""
+        if paused is not None:
+            self.paused = paused
+        if error is not False:
+            self.error = error  # type: ignore[assignment]
+        self.refresh(layout=True)
+
+    @property
+    def is_paused(self) -> bool:
+        snap = self.snapshot
+        replay_paused = snap is not None and snap.replay is not None and not snap.replay.playing
+        return self.paused or replay_paused
+
+    def render(self) -> Text:
+        snap = self.snapshot
+        width = self.content_region.width or 80
+        lines = [self._first_row(snap, width)]
+        if snap is not None:
+            lines.append(self._second_row(snap, width))
+            for note in snap.notes:
+                lines.append(Text("⚠ " + note, style="#ffaf00", no_wrap=True, overflow="ellipsis"))
+        if self.error:
+            lines.append(Text("✖ " + self.error, style="bold red", no_wrap=True, overflow="ellipsis"))
+        return Text("\n", no_wrap=True, overflow="ellipsis").join(lines)
+
+    def _first_row(self, snap: Snapshot | None, width: int) -> Text:
+        flags = Text()
+        if self.is_paused:
+            flags.append(" PAUSED ", style="bold black on #d7af5f").append(" ")
+        if snap is not None and snap.exited is not None:
+            flags.append(" target exited ", style="bold white on #af0000").append(" ")
+        if snap is None:
+            return flags.append("starting…", style="dim")
+        target = snap.target
+        pid = Text(f"pid {target.pid}" if target.pid is not None else "pid ?", style="bold")
+        versions = Text()
+        if target.python:
+            versions.append(f"python {target.python}")
+        if target.torch:
+            versions.append(f"  torch {target.torch}", style="dim")
+        room = width - len(flags) - len(pid) - 1 - (len(versions) + len(SEP) if versions else 0)
+        if room < 16 and target.torch:  # narrow: the command line matters more than torch
+            versions = Text(f"python {target.python}") if target.python else Text()
+            room = width - len(flags) - len(pid) - 1 - (len(versions) + len(SEP) if versions else 0)
+        pid.append(" " + short_cmdline(target.cmdline, max(12, room)), style="not bold")
+        parts: list[Part] = [(0, pid, pid)]
+        if versions:
+            parts.append((1, versions, versions))
+        row = flags + fit(parts, width - len(flags))
+        row.no_wrap, row.overflow = True, "ellipsis"
+        return row
+
+    def _second_row(self, snap: Snapshot, width: int) -> Text:
+        parts: list[Part] = []
+        if snap.replay is not None:
+            rec = Text("▶ replay", style="bold #5fafff")
+            short = rec.copy()
+            if self.replay_path:
+                rec.append(" " + os.path.basename(self.replay_path), style="not bold")
+        elif snap.recording:
+            rec = Text("● REC", style="bold red")
+            short = rec.copy().append(f" {human_bytes(snap.recording_bytes)}")
+            rec.append(f" {snap.recording} {human_bytes(snap.recording_bytes)}")
+        else:
+            rec = short = Text("not recording", style="dim")
+        parts.append((0, rec, short))
+        lag = ("bold #d7af5f" if snap.lag_s >= 0.5 else "", f"{snap.lag_s:.2f}s")
+        err = ("bold red" if snap.errors else "", str(snap.errors))
+        cov = ("#d7af5f" if snap.samples and snap.coverage < 0.8 else "", f"{snap.coverage:.0%}")
+        full = Text(f"{snap.rate_hz:g} Hz")
+        short = Text(f"{snap.rate_hz:g}Hz")
+        for name, (style, value) in (("lag", lag), ("err", err), ("cov", cov)):
+            full.append(f" {name} {value}", style=style)
+            if style or name == "lag":  # the short form keeps lag and anything that is wrong
+                short.append(f" {name} {value}", style=style)
+        parts.append((2, full, short))
+        parts.append((3, Text(f"{snap.samples:,} samples"), Text(f"{snap.samples:,} smp")))
+        for st in snap.statuses:
+            message = st.message.removeprefix(f"{st.collector}: ")
+            short = Text(f"{st.collector}: ").append(st.state, style=STATE_STYLES.get(st.state, ""))
+            full = short.copy()
+            if message:
+                full.append(f" {message}", style="dim")
+            parts.append((1, full, short))
+        return fit(parts, width)

@@ -1,0 +1,82 @@
+"""Starting real target processes and running the real CLI against them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+INFERTOP = [sys.executable, "-m", "infertop"]
+
+
+def start_target(args: list[str], **kw) -> subprocess.Popen[str]:
+    """Start a Python target and wait until py-spy can read it (its interpreter is up)."""
+    proc = subprocess.Popen(
+        [sys.executable, *args],
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kw,
+    )
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"target exited early: {proc.stderr.read() if proc.stderr else ''}")
+        r = subprocess.run(
+            [str(Path(sys.executable).parent / "py-spy"), "dump", "--pid", str(proc.pid)],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        if r.returncode == 0 and "Thread" in r.stdout:
+            return proc
+        time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError("target never became readable by py-spy")
+
+
+def stop_target(proc: subprocess.Popen[str]) -> tuple[str, str]:
+    if proc.poll() is None:
+        proc.terminate()
+    try:
+        out, err = proc.communicate(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+    return out, err
+
+
+def infertop(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        INFERTOP + list(args), capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+    )
+
+
+def report_json(path: str, *extra: str) -> dict:
+    p = infertop("report", path, "--format", "json", *extra)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)
+
+
+def shares(rep: dict) -> dict[str, float]:
+    return {s["name"]: s["share"] for s in rep["stages"]}
+
+
+def read_truth(path: str) -> dict:
+    for _ in range(50):
+        try:
+            with open(path) as fh:
+                return json.load(fh)
+        except (OSError, ValueError):
+            time.sleep(0.1)
+    raise AssertionError(f"no ground truth in {path}")
+
+
+def env_without_agent() -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("INFERTOP_AGENT", None)
+    return env
