@@ -52,6 +52,7 @@ from samples.common.runtime import (  # noqa: E402
     setup_torch,
     start_clock,
 )
+from samples.common.tokenizer import CORPUS_PATH, Tokenizer  # noqa: E402
 from samples.common.truth import StageClock  # noqa: E402
 
 
@@ -136,13 +137,19 @@ class TinyCausalLM(nn.Module):
         self.norm = nn.LayerNorm(d)
         self.lm_head = nn.Linear(d, vocab_size, bias=False)
         self.lm_head.weight = self.embed.weight  # tied embeddings
+        # GPT-2-style small init: an untrained model then spreads its predictions over the
+        # vocabulary instead of echoing the last token with certainty
+        nn.init.normal_(self.embed.weight, std=0.02)
+        nn.init.normal_(self.pos.weight, std=0.02)
 
     def forward(self, ids: torch.Tensor, state: GenState) -> torch.Tensor:
         if not state.keys:
             return self._prefill(ids, state)
         return self._step(ids, state)
 
-    def _kv(self, layer: nn.TransformerEncoderLayer, h: torch.Tensor):  # noqa: ANN202
+    def _kv(
+        self, layer: nn.TransformerEncoderLayer, h: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Project normalized inputs ``h`` (B, T, D) to per-head keys and values."""
         attn = layer.self_attn
         d = h.shape[-1]
@@ -200,13 +207,21 @@ def build_model(vocab_size: int, args: argparse.Namespace) -> TinyCausalLM:
 
 
 # --------------------------------------------------------------------------- pipeline
-def tokenize_batch(tokenizer, prompts: list[str], max_tokens: int):  # noqa: ANN001, ANN201
+Steps = tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]
+
+
+def tokenize_batch(
+    tokenizer: Tokenizer, prompts: list[str], max_tokens: int
+) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+    """Encode and left-pad the prompts; returns (ids, padding mask, prompt lengths)."""
     rows, lengths = tokenizer.encode_batch(prompts, max_length=max_tokens)
     ids = torch.tensor(rows, dtype=torch.long)
     return ids, ids == tokenizer.pad_id, lengths
 
 
-def postprocess_logits(logits, temperature: float, top_k: int, n_special: int):  # noqa: ANN001, ANN201
+def postprocess_logits(
+    logits: torch.Tensor, temperature: float, top_k: int, n_special: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Temperature-scale, forbid the special tokens (the last ``n_special`` ids), keep top-k.
 
     Returns ``(scaled, top_vals, top_idx)``; ``top_idx`` is None when no top-k applies.
@@ -219,7 +234,9 @@ def postprocess_logits(logits, temperature: float, top_k: int, n_special: int): 
     return scaled, scaled, None
 
 
-def sample_next_token(logits, args: argparse.Namespace, n_special: int, gen):  # noqa: ANN001, ANN201
+def sample_next_token(
+    logits: torch.Tensor, args: argparse.Namespace, n_special: int, gen: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """One sampling step: returns (next ids (B,1), their logprobs, top ids, top logprobs)."""
     scaled, vals, idx = postprocess_logits(logits, args.temperature, args.top_k, n_special)
     probs = torch.softmax(vals, dim=-1)
@@ -231,9 +248,20 @@ def sample_next_token(logits, args: argparse.Namespace, n_special: int, gen):  #
     return nxt, chosen, top_ids, top_lp
 
 
-def generate(model, ids, pad, args, n_special, gen, clock: StageClock):  # noqa: ANN001, ANN201
-    """Prefill, then --new-tokens steps of sample-then-extend. Returns stacked step outputs."""
-    steps_ids, steps_lp, steps_top_ids, steps_top_lp = [], [], [], []
+def generate(
+    model: TinyCausalLM,
+    ids: torch.Tensor,
+    pad: torch.Tensor,
+    args: argparse.Namespace,
+    n_special: int,
+    gen: torch.Generator,
+    clock: StageClock,
+) -> Steps:
+    """Prefill, then --new-tokens steps of sample-then-extend; returns the per-step outputs."""
+    steps_ids: list[torch.Tensor] = []
+    steps_lp: list[torch.Tensor] = []
+    steps_top_ids: list[torch.Tensor] = []
+    steps_top_lp: list[torch.Tensor] = []
     state = GenState(pad)
     with torch.inference_mode():
         with clock.stage("forward"):
@@ -251,8 +279,17 @@ def generate(model, ids, pad, args, n_special, gen, clock: StageClock):  # noqa:
     return steps_ids, steps_lp, steps_top_ids, steps_top_lp
 
 
-def postprocess_outputs(tokenizer, batch, lengths, outs, timings, model_name):  # noqa: ANN001, ANN201
+def postprocess_outputs(
+    tokenizer: Tokenizer,
+    batch: list[Request],
+    lengths: list[int],
+    outs: Steps,
+    timings: dict[str, float],
+    model_name: str,
+) -> list[dict]:
     """Turn per-step tensors into decoded text and OpenAI-style response dicts."""
+    n_plain = tokenizer.pad_id  # ids below this are byte sequences; the rest are specials
+    token_bytes = tokenizer.token_bytes
     steps_ids, steps_lp, steps_top_ids, steps_top_lp = outs
     token_ids = torch.cat(steps_ids, 1).tolist()  # (B, N)
     token_lp = torch.stack(steps_lp, 1).tolist()  # (B, N)
@@ -270,15 +307,13 @@ def postprocess_outputs(tokenizer, batch, lengths, outs, timings, model_name):  
                     "token": tok,
                     "id": tid,
                     "logprob": token_lp[b][t],
-                    "bytes": list(tokenizer.token_bytes[tid]) if tid < tokenizer.pad_id else [],
+                    "bytes": list(token_bytes[tid]) if tid < n_plain else [],
                     "top_logprobs": [
                         {
                             "token": tokenizer.decode_token(alt),
                             "id": alt,
                             "logprob": alt_lp,
-                            "bytes": list(tokenizer.token_bytes[alt])
-                            if alt < tokenizer.pad_id
-                            else [],
+                            "bytes": list(token_bytes[alt]) if alt < n_plain else [],
                         }
                         for alt, alt_lp in zip(top_ids[b][t], top_lp[b][t])
                     ],
@@ -317,7 +352,13 @@ def postprocess_outputs(tokenizer, batch, lengths, outs, timings, model_name):  
 class Batcher:
     """Owns the model and tokenizer; collects batches from the queue and serves them."""
 
-    def __init__(self, tokenizer, model, args: argparse.Namespace, clock: StageClock) -> None:  # noqa: ANN001
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        model: TinyCausalLM,
+        args: argparse.Namespace,
+        clock: StageClock,
+    ) -> None:
         self.tokenizer = tokenizer
         self.model = model
         self.args = args
@@ -394,10 +435,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="textgen_service",
         description=(
-            "Sample inference workload: a dynamically batched text-generation service "
-            "(pure-Python BPE tokenizer, tiny transformer LM, top-k sampling, JSON responses). "
-            "Expected infertop picture with defaults: forward ~50-60%%, preprocess ~15-20%%, "
-            "postprocess and serialize ~10%% each; with --slow-tokenizer preprocess dominates."
+            "Sample inference workload: a dynamically batched text-generation service\n"
+            "(pure-Python BPE tokenizer, tiny transformer LM, top-k sampling, JSON\n"
+            "responses). Expected infertop picture with defaults: forward ~50-60%, preprocess\n"
+            "~15-20%, postprocess and serialize ~10% each; with --slow-tokenizer preprocess\n"
+            "dominates.\n"
         ),
         epilog=COMMON_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -459,8 +501,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     args = p.parse_args(argv)
     args.max_positions = args.max_prompt_tokens + args.new_tokens + 1
-    if args.new_tokens < 1 or args.max_batch < 1 or args.clients < 1:
-        p.error("--new-tokens, --max-batch and --clients must be at least 1")
+    if min(args.new_tokens, args.max_batch, args.clients, args.max_prompt_tokens) < 1:
+        p.error("--new-tokens, --max-batch, --clients and --max-prompt-tokens must be at least 1")
+    if not 1 <= args.prompt_words[0] <= args.prompt_words[1]:
+        p.error("--prompt-words needs 1 <= MIN <= MAX")
     if args.temperature <= 0:
         p.error("--temperature must be positive")
     return args
@@ -470,8 +514,6 @@ def main(argv: list[str] | None = None) -> int:
     stop = install_stop_handlers()
     args = parse_args(argv)
     setup_torch(args.threads, args.seed)
-
-    from samples.common.tokenizer import CORPUS_PATH, Tokenizer
 
     corpus = CORPUS_PATH.read_text(encoding="utf-8")
     tokenizer = Tokenizer(corpus, slow=args.slow_tokenizer)

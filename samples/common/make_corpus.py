@@ -91,22 +91,30 @@ TOPICS = [
 
 
 OPENING = [
-    "The town sat at the mouth of a slow river, where the water turned brown before it met the sea.",
+    "The town sat at the mouth of a slow river, where the water turned brown before "
+    "it met the sea.",
     "Most mornings began the same way: the baker lit his ovens, the gulls argued over the quay,",
     "and the first ferry sounded its horn twice, as if it were not quite sure it wanted to leave.",
     "Nobody remembered who had built the lighthouse, but everyone had an opinion about its colour.",
     "In winter the streets emptied early; in summer they filled with visitors carrying maps,",
     "cameras, umbrellas, and the slightly worried expression of people who have lost a hotel.",
-    "The library kept its windows open whenever it could, which was bad for the books and good for the librarian.",
-    "Children learned to swim in the harbour, to count in the market, and to whistle from the fishermen.",
-    "Every few years someone proposed a new bridge, and every few years the proposal was politely forgotten.",
+    "The library kept its windows open whenever it could, which was bad for the "
+    "books and good for the librarian.",
+    "Children learned to swim in the harbour, to count in the market, and to whistle "
+    "from the fishermen.",
+    "Every few years someone proposed a new bridge, and every few years the proposal "
+    "was politely forgotten.",
     "The clockmaker's shop had forty-one clocks, and not one of them agreed with the church bell.",
     "Prices were written in chalk, corrected in pencil, and argued about in whispers.",
-    "When the storm of 1987 flooded the lower field, the whole village carried sandbags until midnight.",
+    "When the storm of 1987 flooded the lower field, the whole village carried "
+    "sandbags until midnight.",
     "Even now, older residents measure time in two parts: before the flood, and after it.",
-    "The railway arrived late, left early, and was loved mostly for its timetable, which read like poetry.",
-    "A visitor once asked what people did for fun; the answer, after a long pause, was \"we talk\".",
-    "That answer was true, though incomplete: they also walked, cooked, sang, mended nets, and kept bees.",
+    "The railway arrived late, left early, and was loved mostly for its timetable, "
+    "which read like poetry.",
+    "A visitor once asked what people did for fun; the answer, after a long pause, "
+    "was \"we talk\".",
+    "That answer was true, though incomplete: they also walked, cooked, sang, mended "
+    "nets, and kept bees.",
 ]
 
 

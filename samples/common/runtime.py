@@ -124,20 +124,40 @@ def run_inline(
     duration: float,
     reporter: ThroughputReporter,
     handle_one: Callable[[], None],
+    clock: StageClock,
+    truth_path: str | None,
+    truth_interval: float = 0.5,
 ) -> None:
-    """Main-thread loop for single-threaded samples: one request per iteration."""
-    deadline = time.perf_counter() + duration if duration > 0 else None
+    """Main-thread loop for single-threaded samples: one request per iteration.
+
+    The truth file is rewritten from this loop every ``truth_interval`` seconds rather than
+    from a background thread: a sampler in blocking mode sometimes counts a blocked thread as
+    running, and in a one-thread workload a second thread would be a noticeable share of it.
+    """
+    now = time.perf_counter()
+    deadline = now + duration if duration > 0 else None
+    next_write = now + truth_interval
     while not stop.is_set():
         handle_one()
+        now = time.perf_counter()
         if reporter.due():
             reporter.report()
-        if deadline is not None and time.perf_counter() >= deadline:
+        if truth_path and now >= next_write:
+            next_write = now + truth_interval
+            try:
+                clock.write(truth_path)
+            except OSError:
+                pass
+        if deadline is not None and now >= deadline:
             break
 
 
-def start_clock(truth_path: str | None) -> StageClock:
+def start_clock(truth_path: str | None, background: bool = True) -> StageClock:
+    """A fresh clock; with ``truth_path``, write it now and (``background``) every 0.5 s from
+    a daemon thread."""
     clock = StageClock()
     if truth_path:
         clock.write(truth_path)
-        clock.start_flusher(truth_path)
+        if background:
+            clock.start_flusher(truth_path)
     return clock
