@@ -59,7 +59,12 @@ class InfertopApp(App[None]):
         _b("q", "quit", "Quit", "quit (a recording in progress is closed cleanly)"),
     ]
     TAIL_BINDINGS = [
-        _b("s", "stage_filter", "Stage", "cycle the flame view's stage filter (all, then each stage)"),
+        _b(
+            "s",
+            "stage_filter",
+            "Stage",
+            "cycle the flame view's stage filter (all, then each stage)",
+        ),
         _b("f", "toggle_flame", "Flame", "flame view only, for more rows (f again: both panels)"),
         _b("question_mark", "help", "Help", "this help", key_display="?"),
     ]
@@ -146,7 +151,9 @@ class InfertopApp(App[None]):
     def on_recording_changed(self, message: RecordingChanged) -> None:
         if message.error:
             self._recording = False
-            self.notify(message.error, title="cannot record", severity="error", timeout=8, markup=False)
+            self.notify(
+                message.error, title="cannot record", severity="error", timeout=8, markup=False
+            )
         elif message.recording:
             self.notify(f"recording to {message.path}", title="● REC", markup=False)
         else:

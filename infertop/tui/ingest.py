@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 from textual.message import Message
 
@@ -63,7 +63,9 @@ class _Stop:
     pass
 
 
-Command = Union[SeekTo, SeekBy, TogglePlay, ScaleSpeed, SetStageFilter, StartRecording, StopRecording]
+Command = (
+    SeekTo | SeekBy | TogglePlay | ScaleSpeed | SetStageFilter | StartRecording | StopRecording
+)
 
 
 def describe(exc: BaseException) -> str:

@@ -50,7 +50,7 @@ def test_flame_rows_are_depth_first_biggest_first_and_skip_tiny_frames(
     snap = build_snapshot(replay_source.session, t=replay_source.t)
     rows = flame_rows(snap.flame, zoomed=False)
     assert rows[0].depth == 0 and rows[0].node.frame.function == "<module>"
-    for a, b in zip(rows, rows[1:]):
+    for a, b in zip(rows, rows[1:], strict=False):
         assert b.depth <= a.depth + 1
         if b.depth == a.depth + 1:
             assert b.node.parent is a.node

@@ -26,6 +26,8 @@ from infertop.model.events import (
 )
 from infertop.model.session import Session
 from infertop.record.writer import RecordingWriter
+from infertop.tui.widgets.flame import FlamePanel
+from infertop.tui.widgets.timeline import Timeline
 
 SITE = "/opt/venv/lib/python3.11/site-packages"
 LIB = "/usr/lib/python3.11"
@@ -51,31 +53,67 @@ BLOCK = [*MODEL, _f("Block.forward", f"{APP}/model.py", 41), CALL]
 #: stage -> (stack, weight per window); frames are root first
 MAIN_STACKS: dict[str, list[tuple[tuple[Frame, ...], int]]] = {
     "preprocess": [
-        ((*SERVE, _f("Tokenizer.encode_batch", f"{APP}/tokenizer.py", 88),
-          _f("Tokenizer.encode", f"{APP}/tokenizer.py", 61),
-          _f("Tokenizer._bpe", f"{APP}/tokenizer.py", 40)), 9),
-        ((*SERVE, _f("parse_request", f"{APP}/serve.py", 33),
-          _f("loads", f"{LIB}/json/__init__.py", 346),
-          _f("JSONDecoder.decode", f"{LIB}/json/decoder.py", 337)), 3),
+        (
+            (
+                *SERVE,
+                _f("Tokenizer.encode_batch", f"{APP}/tokenizer.py", 88),
+                _f("Tokenizer.encode", f"{APP}/tokenizer.py", 61),
+                _f("Tokenizer._bpe", f"{APP}/tokenizer.py", 40),
+            ),
+            9,
+        ),
+        (
+            (
+                *SERVE,
+                _f("parse_request", f"{APP}/serve.py", 33),
+                _f("loads", f"{LIB}/json/__init__.py", 346),
+                _f("JSONDecoder.decode", f"{LIB}/json/decoder.py", 337),
+            ),
+            3,
+        ),
     ],
     "forward": [
-        ((*BLOCK, _f("MultiheadAttention.forward", f"{SITE}/torch/nn/modules/activation.py", 1241)), 22),
+        (
+            (
+                *BLOCK,
+                _f("MultiheadAttention.forward", f"{SITE}/torch/nn/modules/activation.py", 1241),
+            ),
+            22,
+        ),
         ((*BLOCK, _f("Linear.forward", f"{SITE}/torch/nn/modules/linear.py", 116)), 14),
         ((*MODEL, _f("LayerNorm.forward", f"{SITE}/torch/nn/modules/normalization.py", 201)), 5),
     ],
     "sync": [
-        ((*SERVE, _f("Server.to_host", f"{APP}/serve.py", 70),
-          _f("synchronize", f"{SITE}/torch/cuda/__init__.py", 801)), 10),
+        (
+            (
+                *SERVE,
+                _f("Server.to_host", f"{APP}/serve.py", 70),
+                _f("synchronize", f"{SITE}/torch/cuda/__init__.py", 801),
+            ),
+            10,
+        ),
     ],
     "postprocess": [
-        ((*SERVE, _f("Server.decode_outputs", f"{APP}/serve.py", 77),
-          _f("Tokenizer.decode", f"{APP}/tokenizer.py", 102)), 8),
+        (
+            (
+                *SERVE,
+                _f("Server.decode_outputs", f"{APP}/serve.py", 77),
+                _f("Tokenizer.decode", f"{APP}/tokenizer.py", 102),
+            ),
+            8,
+        ),
     ],
     "serialize": [
-        ((*SERVE, _f("Server.write_response", f"{APP}/serve.py", 84),
-          _f("dumps", f"{LIB}/json/__init__.py", 231),
-          _f("JSONEncoder.encode", f"{LIB}/json/encoder.py", 200),
-          _f("JSONEncoder.iterencode", f"{LIB}/json/encoder.py", 258)), 6),
+        (
+            (
+                *SERVE,
+                _f("Server.write_response", f"{APP}/serve.py", 84),
+                _f("dumps", f"{LIB}/json/__init__.py", 231),
+                _f("JSONEncoder.encode", f"{LIB}/json/encoder.py", 200),
+                _f("JSONEncoder.iterencode", f"{LIB}/json/encoder.py", 258),
+            ),
+            6,
+        ),
     ],
     "other": [((*SERVE, _f("Server.log_metrics", f"{APP}/serve.py", 95)), 4)],
 }
@@ -106,14 +144,18 @@ def make_window(
     rows: list[tuple[int, str, tuple[Frame, ...], int]] = []
     for stage, stacks in MAIN_STACKS.items():
         for stack, weight in stacks:
-            w = weight * (1 + phase if stage == "forward" else 1 - 0.5 * phase if stage == "preprocess" else 1)
+            w = weight * (
+                1 + phase if stage == "forward" else 1 - 0.5 * phase if stage == "preprocess" else 1
+            )
             n = max(0, round(w * scale * rng.uniform(0.7, 1.3)))
             if n:
                 rows.append((MAIN_TID, "MainThread", stack, n))
     busy = sum(r[3] for r in rows)
     if busy > ticks:  # never more samples than the sampler looked
         rows = [(a, b, c, max(1, n * ticks // busy)) for a, b, c, n in rows]
-    rows.append((BATCHER_TID, "batcher", BATCHER_STACK, max(1, round(30 * scale * rng.uniform(0.5, 1.5)))))
+    rows.append(
+        (BATCHER_TID, "batcher", BATCHER_STACK, max(1, round(30 * scale * rng.uniform(0.5, 1.5))))
+    )
     return RawSampleWindow(t_start, t_start + window_s, rate_hz, ticks, tuple(rows), 0, 0.0)
 
 
@@ -135,7 +177,9 @@ def write_recording(path: Path, windows: int = 60, exited: bool = False, seed: i
         writer.write(batch)
     if exited:
         t_end = t0 + windows
-        writer.write([CollectorStatus(t_end, "py-spy", "stopped", "target exited"), TargetExited(t_end)])
+        writer.write(
+            [CollectorStatus(t_end, "py-spy", "stopped", "target exited"), TargetExited(t_end)]
+        )
     writer.close()
     return path
 
@@ -158,13 +202,18 @@ class ScriptedCollector:
     def start(self) -> None:
         self.started = True
         self._next = time.time()
-        self._pending.append(CollectorStatus(time.time(), self.name, "running", "100 Hz, all threads"))
+        self._pending.append(
+            CollectorStatus(time.time(), self.name, "running", "100 Hz, all threads")
+        )
 
     def poll(self) -> list[object]:
         now = time.time()
         while not self.stopped and now >= self._next + self.window_s:
             if self.exit_after is not None and self._made >= self.exit_after:
-                self._pending += [TargetExited(now), CollectorStatus(now, self.name, "stopped", "target exited")]
+                self._pending += [
+                    TargetExited(now),
+                    CollectorStatus(now, self.name, "stopped", "target exited"),
+                ]
                 self.stopped = True
                 break
             self._pending.append(make_window(self.rng, self._next, self.window_s, phase=0.3))
@@ -207,3 +256,25 @@ async def wait_for(pilot: Any, condition: Callable[[], object], timeout: float =
         if time.monotonic() > deadline:
             raise AssertionError("timed out waiting for the UI")
         await pilot.pause(0.02)
+
+
+# -- reading the app -----------------------------------------------------------------------------
+def flame_header(app: Any) -> str:
+    """The flame panel's header line: stage filter and breadcrumb."""
+    return app.query_one(FlamePanel).header_text(200)
+
+
+def position(app: Any) -> str:
+    """The timeline's ``position / length``."""
+    return app.query_one(Timeline).position_text
+
+
+async def started(pilot: Any, app: Any) -> None:
+    """Wait for the first snapshot with samples on the panels, and for it to be drawn."""
+    await wait_for(pilot, lambda: app.displayed is not None and app.displayed.samples > 0)
+    await pilot.pause(0.05)
+
+
+async def shows(pilot: Any, app: Any, text: str, timeout: float = 5.0) -> None:
+    """Wait until ``text`` is on the screen (widgets draw on the next refresh, not at once)."""
+    await wait_for(pilot, lambda: text in screen_text(app), timeout)

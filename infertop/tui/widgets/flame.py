@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rich.segment import Segment
-from rich.text import Text
 from rich.style import Style
+from rich.text import Text
 from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -69,12 +69,31 @@ class FlameList(ScrollView, can_focus=True, inherit_bindings=False):
     """The scrolling list of frames with a cursor; enter zooms in, escape zooms out."""
 
     BINDINGS = [
-        Binding("up", "cursor(-1)", "Up", show=False, tooltip="flame: previous frame", key_display="↑"),
-        Binding("down", "cursor(1)", "Down", show=False, tooltip="flame: next frame", key_display="↓"),
-        Binding("pageup", "page(-1)", "PgUp", show=False, tooltip="flame: page up", key_display="pgup"),
-        Binding("pagedown", "page(1)", "PgDn", show=False, tooltip="flame: page down", key_display="pgdn"),
+        Binding(
+            "up", "cursor(-1)", "Up", show=False, tooltip="flame: previous frame", key_display="↑"
+        ),
+        Binding(
+            "down", "cursor(1)", "Down", show=False, tooltip="flame: next frame", key_display="↓"
+        ),
+        Binding(
+            "pageup", "page(-1)", "PgUp", show=False, tooltip="flame: page up", key_display="pgup"
+        ),
+        Binding(
+            "pagedown",
+            "page(1)",
+            "PgDn",
+            show=False,
+            tooltip="flame: page down",
+            key_display="pgdn",
+        ),
         Binding("enter", "zoom_in", "Zoom", tooltip="flame: zoom into the selected frame"),
-        Binding("escape,backspace", "zoom_out", "Out", key_display="esc", tooltip="flame: zoom out one level"),
+        Binding(
+            "escape,backspace",
+            "zoom_out",
+            "Out",
+            key_display="esc",
+            tooltip="flame: zoom out one level",
+        ),
     ]
 
     class ZoomChanged(Message):
@@ -87,7 +106,7 @@ class FlameList(ScrollView, can_focus=True, inherit_bindings=False):
         self.rows: list[FlameRow] = []
         self.cursor = 0
         self._cursor_path: list[Frame] | None = None
-        self._zoom_node: FlameNode | None = None
+        self.zoom_node: FlameNode | None = None
 
     # -- data -------------------------------------------------------------------------------
     def show(self, snapshot: Snapshot) -> None:
@@ -105,12 +124,12 @@ class FlameList(ScrollView, can_focus=True, inherit_bindings=False):
     def _rebuild(self) -> None:
         root = self.root
         if root is None:
-            self.rows, self._zoom_node = [], None
+            self.rows, self.zoom_node = [], None
         else:
             node = root.find(self.zoom) if self.zoom else root
             if node is None:  # the zoomed frame is gone (a new stage filter, a seek): go home
                 self.zoom, node = [], root
-            self._zoom_node = node
+            self.zoom_node = node
             self.rows = flame_rows(node, zoomed=bool(self.zoom))
         self.cursor = self._index_of(self._cursor_path)
         self.virtual_size = Size(self.size.width, max(1, len(self.rows)))
@@ -192,11 +211,13 @@ class FlameList(ScrollView, can_focus=True, inherit_bindings=False):
         return self._render_row(self.rows[index], index == self.cursor, width)
 
     def _render_row(self, row: FlameRow, selected: bool, width: int) -> Strip:
-        node, root, zoom = row.node, self.root, self._zoom_node
+        node, root, zoom = row.node, self.root, self.zoom_node
         assert root is not None and zoom is not None and node.frame is not None
         color = stage_color(node.stage)
-        base = Style(bgcolor="#2a3850") if selected and self.has_focus else (
-            Style(bgcolor="#303030") if selected else Style()
+        base = (
+            Style(bgcolor="#2a3850")
+            if selected and self.has_focus
+            else (Style(bgcolor="#303030") if selected else Style())
         )
         bar_w = 10 if width >= 70 else 6
         filled, empty = bar(node.total / zoom.total if zoom.total else 0.0, bar_w)
@@ -245,7 +266,7 @@ class FlamePanel(Vertical):
         snap = flame.snapshot
         stage = snap.stage_filter if snap is not None else None
         head = f"flame · stage: {stage or 'all'} · "
-        zoom, root = flame._zoom_node, flame.root
+        zoom, root = flame.zoom_node, flame.root
         share = ""
         if flame.zoom and zoom is not None and root is not None and root.total:
             share = f" ({zoom.total / root.total * 100:.1f}%)"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 from rich.text import Text
 from textual.widget import Widget
@@ -28,31 +29,38 @@ def short_cmdline(cmdline: str | None, width: int = 40) -> str:
 Part = tuple[int, Text, Text]  # (priority: lower is kept longer, full text, short text)
 
 
+@dataclass
+class _Slot:
+    prio: int
+    text: Text
+    short: Text
+
+
 def fit(parts: list[Part], width: int) -> Text:
     """Join parts with separators to fit ``width``: the less important parts switch to their
     short form, then the least important are dropped, and only then does the most important
     one shorten; whatever is left over is cut with an ellipsis."""
-    chosen = [[prio, full, short] for prio, full, short in parts]
-    top = min((p[0] for p in chosen), default=0)
+    slots = [_Slot(*p) for p in parts]
+    top = min((s.prio for s in slots), default=0)
 
     def length() -> int:
-        return sum(len(p[1]) for p in chosen) + len(SEP) * (len(chosen) - 1)
+        return sum(len(s.text) for s in slots) + len(SEP) * (len(slots) - 1)
 
-    for part in sorted(chosen, key=lambda p: -p[0]):
+    for slot in sorted(slots, key=lambda s: -s.prio):
         if length() <= width:
             break
-        if part[0] != top:
-            part[1] = part[2]
-    while len(chosen) > 1 and length() > width and max(p[0] for p in chosen) != top:
-        chosen.remove(max(chosen, key=lambda p: p[0]))
-    for part in chosen:
+        if slot.prio != top:
+            slot.text = slot.short
+    while len(slots) > 1 and length() > width and max(s.prio for s in slots) != top:
+        slots.remove(max(slots, key=lambda s: s.prio))
+    for slot in slots:
         if length() > width:
-            part[1] = part[2]
+            slot.text = slot.short
     row = Text(no_wrap=True, overflow="ellipsis")
-    for i, part in enumerate(chosen):
+    for i, slot in enumerate(slots):
         if i:
             row.append(SEP, style=SEP_STYLE)
-        row.append_text(part[1])
+        row.append_text(slot.text)
     return row
 
 
@@ -97,7 +105,9 @@ class StatusLine(Widget):
             for note in snap.notes:
                 lines.append(Text("⚠ " + note, style="#ffaf00", no_wrap=True, overflow="ellipsis"))
         if self.error:
-            lines.append(Text("✖ " + self.error, style="bold red", no_wrap=True, overflow="ellipsis"))
+            lines.append(
+                Text("✖ " + self.error, style="bold red", no_wrap=True, overflow="ellipsis")
+            )
         return Text("\n", no_wrap=True, overflow="ellipsis").join(lines)
 
     def _first_row(self, snap: Snapshot | None, width: int) -> Text:

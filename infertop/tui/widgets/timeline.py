@@ -51,7 +51,11 @@ class Timeline(Widget):
     @property
     def position_text(self) -> str:
         """``m:ss.s / m:ss.s`` as shown (what tests and screen readers look at)."""
-        return "" if self.state is None else f"{clock(self.state.position)} / {clock(self.state.length)}"
+        return (
+            ""
+            if self.state is None
+            else f"{clock(self.state.position)} / {clock(self.state.length)}"
+        )
 
     def render(self) -> Text:
         return render_timeline(self.state, self.content_region.width or 80)

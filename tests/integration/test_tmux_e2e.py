@@ -1,0 +1,87 @@
+"""End to end as a person sees it: infertop in a real terminal (tmux), keys typed, screen read."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+from .helpers import ROOT, start_target, stop_target
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed"),
+]
+
+
+class Tmux:
+    def __init__(self, command: str, width: int = 120, height: int = 40) -> None:
+        self.name = f"infertop-test-{uuid.uuid4().hex[:8]}"
+        subprocess.run(
+            ["tmux", "new-session", "-d", "-s", self.name, "-x", str(width), "-y", str(height),
+             f"cd {ROOT} && {command}; echo EXITED-$?; sleep 30"],
+            check=True,
+        )  # fmt: skip
+
+    def screen(self) -> str:
+        r = subprocess.run(["tmux", "capture-pane", "-p", "-t", self.name], capture_output=True, text=True)
+        return r.stdout
+
+    def keys(self, *keys: str) -> None:
+        subprocess.run(["tmux", "send-keys", "-t", self.name, *keys], check=True)
+
+    def wait_for(self, predicate, timeout: float = 30.0) -> str:
+        deadline = time.time() + timeout
+        screen = ""
+        while time.time() < deadline:
+            screen = self.screen()
+            if predicate(screen):
+                return screen
+            time.sleep(0.3)
+        raise AssertionError(f"screen never matched; last screen:\n{screen}")
+
+    def kill(self) -> None:
+        subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True)
+
+
+def test_attach_shows_stages_and_frames_then_quits_cleanly() -> None:
+    target = start_target(["-m", "samples.textgen_service"])
+    term = Tmux(f"{sys.executable} -m infertop attach {target.pid}")
+    try:
+        screen = term.wait_for(
+            lambda s: "forward" in s and "preprocess" in s and ("generate" in s or "encode" in s)
+        )
+        assert str(target.pid) in screen
+        term.keys("q")
+        term.wait_for(lambda s: "EXITED-0" in s, timeout=15)
+        assert target.poll() is None, "the sample must still be running after we quit"
+        time.sleep(1.0)
+        ps = subprocess.run(["pgrep", "-f", f"py-spy record --pid {target.pid}"], capture_output=True, text=True)
+        assert ps.stdout.strip() == "", "no py-spy left attached"
+    finally:
+        term.kill()
+        out, err = stop_target(target)
+    assert target.returncode == 0
+    assert err == ""
+    assert "throughput:" in out
+
+
+def test_demo_starts_the_sample_and_quitting_stops_it() -> None:
+    term = Tmux(f"{sys.executable} -m infertop demo", width=80, height=24)
+    try:
+        term.wait_for(lambda s: "forward" in s and "textgen_service" in s, timeout=45)
+        demo_pids = subprocess.run(
+            ["pgrep", "-f", "samples.textgen_service"], capture_output=True, text=True
+        ).stdout.split()
+        assert demo_pids, "the demo's sample process is running"
+        term.keys("q")
+        term.wait_for(lambda s: "EXITED-0" in s, timeout=20)
+        time.sleep(0.5)
+        for pid in demo_pids:
+            assert subprocess.run(["kill", "-0", pid], capture_output=True).returncode != 0
+    finally:
+        term.kill()
