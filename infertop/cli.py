@@ -190,7 +190,7 @@ def _start_child(cmd: Sequence[str], log_path: str):  # type: ignore[no-untyped-
     try:
         return subprocess.Popen(
             list(cmd), stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
-            start_new_session=True,
+            start_new_session=True, preexec_fn=_term_with_parent,
         )  # fmt: skip
     except FileNotFoundError:
         raise UsageError(f"command not found: {cmd[0]}") from None
@@ -198,6 +198,16 @@ def _start_child(cmd: Sequence[str], log_path: str):  # type: ignore[no-untyped-
         raise UsageError(f"cannot execute {cmd[0]}: permission denied") from None
     finally:
         log.close()
+
+
+def _term_with_parent() -> None:
+    """In a child of `run`/`demo`: SIGTERM if infertop dies, however it dies."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def _wait_attachable(proc, log_path: str, timeout: float = 15.0):  # type: ignore[no-untyped-def]
@@ -334,13 +344,18 @@ COMMANDS = {
 }
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    for sig in (signal.SIGTERM, signal.SIGHUP):  # close recordings and children on the way out
+        signal.signal(sig, _interrupt)
     try:
         return COMMANDS[args.command](args)
     except InfertopError as exc:

@@ -90,15 +90,38 @@ DEFAULT_STAGE_RULES: tuple[tuple[str, str], ...] = (
     ("forward", "*/transformers/generation/utils.py:*"),
     ("forward", "*forward"),
     ("forward", "*generate"),
-    # waiting for work or for a batch
+    # waiting for work or for a batch to fill
     ("queue", "*/queue.py:*.get"),
     ("queue", "*/queue.py:*.put"),
-    ("queue", "*/threading.py:Condition.wait*"),
-    ("queue", "*/threading.py:Event.wait"),
     ("queue", "*/asyncio/queues.py:*"),
     ("queue", "*/selectors.py:*.select"),
-    ("queue", "*/concurrent/futures/_base.py:*.result"),
     ("queue", "*/multiprocessing/queues.py:*.get"),
+    ("queue", "*wait*batch*"),
+    ("queue", "*batch*wait*"),
+    ("queue", "*dequeue*"),
+    ("queue", "*next_batch*"),
+    ("queue", "*collect_batch*"),
+)
+
+
+#: Blocking waits. A sample whose innermost frame is one of these is a thread waiting, not
+#: working: it is ``queue`` when a queue rule matches somewhere on its stack (a batcher in
+#: ``Queue.get``), else ``idle`` (a request thread waiting for its reply). py-spy reports such
+#: threads as active while they are runnable but waiting for a CPU or for the GIL.
+WAIT_FRAMES: tuple[str, ...] = (
+    "*/threading.py:Condition.wait*",
+    "*/threading.py:Event.wait",
+    "*/threading.py:Semaphore.acquire",
+    "*/threading.py:Barrier.wait",
+    "*/threading.py:Thread.join",
+    "*/threading.py:Thread._wait_for_tstate_lock",
+    "*/concurrent/futures/_base.py:*.result",
+    "*/concurrent/futures/_base.py:wait",
+    "*/selectors.py:*.select",
+    "*/subprocess.py:Popen.wait",
+    "*/subprocess.py:Popen._wait",
+    "*/multiprocessing/connection.py:*.recv*",
+    "*/multiprocessing/connection.py:wait",
 )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from infertop.analysis.stages import IDLE
 from infertop.model.events import Frame
 
 
@@ -53,11 +54,14 @@ def build_flame(
     stage_of: Callable[[int], str],
     stage_filter: str | None = None,
 ) -> FlameNode:
-    """Aggregate (stack id, count) pairs into a call tree rooted at an unnamed node."""
+    """Aggregate (stack id, count) pairs into a call tree rooted at an unnamed node.
+
+    Stacks of threads caught waiting (stage ``idle``) are left out unless asked for by filter.
+    """
     root = FlameNode(None)
     for sid, n in stack_counts:
         stage = stage_of(sid)
-        if stage_filter is not None and stage != stage_filter:
+        if stage != stage_filter and (stage_filter is not None or stage == IDLE):
             continue
         node = root
         node.total += n
@@ -89,17 +93,17 @@ def top_frames(
     stage_of: Callable[[int], str],
     limit: int = 20,
 ) -> list[TopFrame]:
-    """Frames ranked by self samples; total counts each frame once per stack (recursion-safe)."""
+    """Frames of active stacks ranked by self samples; total counts each frame once per stack."""
     self_c: dict[Frame, int] = {}
     total_c: dict[Frame, int] = {}
     stage_c: dict[Frame, dict[str, int]] = {}
     grand = 0
     for sid, n in stack_counts:
         frames = frames_of(sid)
-        if not frames:
+        stage = stage_of(sid)
+        if not frames or stage == IDLE:
             continue
         grand += n
-        stage = stage_of(sid)
         leaf = frames[-1]
         self_c[leaf] = self_c.get(leaf, 0) + n
         for f in set(frames):

@@ -2,7 +2,9 @@
 
 Order of precedence: an explicit annotation frame (``infertop:NAME``, from ``@infertop.stage``)
 anywhere on the stack, innermost first; then the user's rules, innermost matching frame first;
-then the default rules the same way; else ``other``. Users' rules win over the defaults so that
+then, for a thread caught in a blocking wait (``config.WAIT_FRAMES``), ``queue`` if a queue rule
+matches the stack and ``idle`` if not; then the default rules, innermost matching frame first;
+else ``other``. Users' rules win over the defaults so that
 ``--stage preprocess='*server.py:encode_batch'`` claims the whole call, torch calls inside it
 included.
 """
@@ -15,11 +17,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from infertop.annotate import STAGE_FRAME_PREFIX
-from infertop.config import DEFAULT_STAGE_RULES
+from infertop.config import DEFAULT_STAGE_RULES, WAIT_FRAMES
 from infertop.model.events import Frame
 
 OTHER = "other"
 IDLE = "idle"
+QUEUE = "queue"
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,8 @@ class StageClassifier:
     def __init__(self, user_rules: Sequence[tuple[str, str]] = ()) -> None:
         self.user_rules = [StageRule.parse(s, p) for s, p in user_rules]
         self.default_rules = [StageRule.parse(s, p) for s, p in DEFAULT_STAGE_RULES]
+        self.wait_rules = [StageRule.parse(IDLE, p) for p in WAIT_FRAMES]
+        self.queue_rules = [r for r in self.default_rules if r.stage == QUEUE]
         self._cache: dict[int, tuple[str, int]] = {}
 
     def classify(self, frames: Sequence[Frame]) -> tuple[str, int]:
@@ -62,15 +67,21 @@ class StageClassifier:
             func = frames[i].function
             if func.startswith(STAGE_FRAME_PREFIX):
                 return func[len(STAGE_FRAME_PREFIX) :] or OTHER, i
-        for rules in (self.user_rules, self.default_rules):
-            if not rules:
-                continue
-            for i in range(len(frames) - 1, -1, -1):
-                frame = frames[i]
-                for rule in rules:
-                    if rule.matches(frame):
-                        return rule.stage, i
-        return OTHER, -1
+        hit = self._innermost(frames, self.user_rules)
+        if hit is not None:
+            return hit
+        if frames and any(r.matches(frames[-1]) for r in self.wait_rules):
+            return self._innermost(frames, self.queue_rules) or (IDLE, len(frames) - 1)
+        return self._innermost(frames, self.default_rules) or (OTHER, -1)
+
+    @staticmethod
+    def _innermost(frames: Sequence[Frame], rules: list[StageRule]) -> tuple[str, int] | None:
+        for i in range(len(frames) - 1, -1, -1):
+            frame = frames[i]
+            for rule in rules:
+                if rule.matches(frame):
+                    return rule.stage, i
+        return None
 
     def stage_of(self, stack_id: int, frames: Sequence[Frame]) -> str:
         hit = self._cache.get(stack_id)

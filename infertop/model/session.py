@@ -110,8 +110,9 @@ class Session:
         active = 0
         for _tid, sid, n in w.counts:
             stage = self.stage_of(sid)
-            stage_counts[stage] = stage_counts.get(stage, 0) + n
-            active += n
+            if stage != IDLE:  # a sampled thread caught in a blocking wait is idle
+                stage_counts[stage] = stage_counts.get(stage, 0) + n
+                active += n
         threads = w.threads or len(self.threads) or 1
         idle = max(0, w.ticks * threads - active)
         stage_counts[IDLE] = idle

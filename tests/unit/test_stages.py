@@ -103,3 +103,24 @@ def test_bare_method_glob_matches_qualified_name() -> None:
     rule = StageRule.parse("x", "encode")
     assert rule.matches(Frame("Tokenizer.encode", "/a.py", 1))
     assert not rule.matches(Frame("Tokenizer.encoder_step", "/a.py", 1))
+
+
+def test_a_thread_waiting_for_its_reply_is_idle_not_queue() -> None:
+    # py-spy reports a woken thread still in Condition.wait as active; it is waiting, not working
+    client = [F("client_loop"), F("Event.wait", f"{PY}/threading.py"), F("Condition.wait", f"{PY}/threading.py")]
+    assert stage(client) == "idle"
+    # ...even when an outer frame matches a work rule
+    handler = [F("preprocess_request"), F("Future.result", f"{PY}/concurrent/futures/_base.py"), F("Condition.wait", f"{PY}/threading.py")]
+    assert stage(handler) == "idle"
+
+
+def test_a_batcher_waiting_on_its_queue_is_queue() -> None:
+    batcher = [F("Batcher.run"), F("Queue.get", f"{PY}/queue.py"), F("Condition.wait", f"{PY}/threading.py")]
+    assert stage(batcher) == "queue"
+    named = [F("wait_for_batch"), F("Condition.wait", f"{PY}/threading.py")]
+    assert stage(named) == "queue"
+
+
+def test_user_rules_can_claim_a_wait() -> None:
+    client = [F("client_loop"), F("Event.wait", f"{PY}/threading.py")]
+    assert stage(client, [parse_stage_arg("queue=client_loop")]) == "queue"
