@@ -190,7 +190,7 @@ def _start_child(cmd: Sequence[str], log_path: str):  # type: ignore[no-untyped-
     try:
         return subprocess.Popen(
             list(cmd), stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
-            start_new_session=True, preexec_fn=_term_with_parent,
+            preexec_fn=_own_group_and_term_with_parent,
         )  # fmt: skip
     except FileNotFoundError:
         raise UsageError(f"command not found: {cmd[0]}") from None
@@ -200,10 +200,12 @@ def _start_child(cmd: Sequence[str], log_path: str):  # type: ignore[no-untyped-
         log.close()
 
 
-def _term_with_parent() -> None:
-    """In a child of `run`/`demo`: SIGTERM if infertop dies, however it dies."""
+def _own_group_and_term_with_parent() -> None:
+    """In a child of `run`/`demo`: out of the terminal's Ctrl-C (own process group, same session
+    so py-spy and the target share a scheduler autogroup), and SIGTERM if infertop dies."""
     import ctypes
 
+    os.setpgid(0, 0)
     try:
         ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
