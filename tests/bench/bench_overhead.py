@@ -63,6 +63,10 @@ def main() -> None:
     ap.add_argument("--phase", type=float, default=8.0, help="seconds per measured phase")
     ap.add_argument("--sample", default="textgen_service")
     ap.add_argument("--sample-arg", action="append", default=[])
+    ap.add_argument("--rate", type=float, default=None, help="infertop --rate (default: its default)")
+    ap.add_argument("--infertop-arg", action="append", default=[], help="extra infertop argument")
+    ap.add_argument("--tool", choices=("infertop", "py-spy"), default="infertop",
+                    help="what to attach: infertop record, or plain py-spy record for reference")
     args = ap.parse_args()
 
     tmp = tempfile.mkdtemp(prefix="infertop-bench-")
@@ -80,11 +84,17 @@ def main() -> None:
             for mode in order:
                 rec = None
                 if mode == "attached":
-                    rec = subprocess.Popen(
-                        [sys.executable, "-m", "infertop", "record", str(target.pid),
-                         "-o", os.path.join(tmp, f"r{i}.infertop"), "--duration", str(args.phase + 3)],
-                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                    )  # fmt: skip
+                    rate = [] if args.rate is None else ["--rate", f"{args.rate:g}"]
+                    if args.tool == "infertop":
+                        cmd = [sys.executable, "-m", "infertop", "record", str(target.pid),
+                               "-o", os.path.join(tmp, f"r{i}.infertop"),
+                               "--duration", str(args.phase + 3), *rate, *args.infertop_arg]
+                    else:
+                        cmd = [str(Path(sys.executable).parent / "py-spy"), "record", "--pid",
+                               str(target.pid), "--format", "raw", "--threads", "-o",
+                               os.path.join(tmp, f"p{i}.txt"), "--duration",
+                               str(int(args.phase + 3)), *rate]
+                    rec = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                     time.sleep(1.5)  # let it attach
                     ps = psutil.Process(rec.pid)
                     c0, _ = tree_cpu(ps)
@@ -105,15 +115,16 @@ def main() -> None:
     det = statistics.mean(results["detached"])
     att = statistics.mean(results["attached"])
     print()
-    print(f"sample: {args.sample} {' '.join(args.sample_arg)}  rounds: {args.rounds}  phase: {args.phase:g} s")
+    print(f"sample: {args.sample} {' '.join(args.sample_arg)}  rounds: {args.rounds}  phase: {args.phase:g} s"
+          f"  attached: {args.tool} rate {args.rate or 'default'}")
     print(f"detached  mean {det:8.2f} req/s  (runs: {', '.join(f'{x:.1f}' for x in results['detached'])})")
     print(f"attached  mean {att:8.2f} req/s  (runs: {', '.join(f'{x:.1f}' for x in results['attached'])})")
     paired = [a / d for a, d in zip(results["attached"], results["detached"])]
     print(f"ratio attached/detached: {att / det:.3f} of means, {statistics.median(paired):.3f} "
           f"median of per-round ratios   (goal >= 0.97)")
     print(
-        f"infertop while attached: CPU {100 * statistics.mean(cpu_shares):.1f}% of one core "
-        f"(infertop + py-spy), memory {max(rss_peaks) / 2**20:.0f} MiB RSS"
+        f"{args.tool} while attached: CPU {100 * statistics.mean(cpu_shares):.1f}% of one core "
+        f"(with its py-spy), memory {max(rss_peaks) / 2**20:.0f} MiB RSS"
     )
 
 

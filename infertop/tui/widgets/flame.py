@@ -261,11 +261,11 @@ class FlamePanel(Vertical):
         self._update_header()
 
     def header_text(self, width: int) -> str:
-        """``flame · stage: all · all › main › forward (12.3%)``, fitted to ``width``."""
+        """``stage: all  ·  path: all › main › forward (12.3%)``, fitted to ``width``."""
         flame = self.flame_list
         snap = flame.snapshot
         stage = snap.stage_filter if snap is not None else None
-        head = f"flame · stage: {stage or 'all'} · "
+        head = f"stage: {stage or 'all'}  ·  path: "
         zoom, root = flame.zoom_node, flame.root
         share = ""
         if flame.zoom and zoom is not None and root is not None and root.total:
