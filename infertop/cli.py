@@ -162,14 +162,12 @@ def _live(target, args, record: str | None) -> int:  # type: ignore[no-untyped-d
         record_path=record,
     )
     src.session.apply(_agent_status(getattr(args, "no_inject", False)))
-    src.start()
     title = f"infertop — pid {target.pid}"
     try:
-        create_app(src, title=title).run()
+        create_app(src, title=title).run()  # its ingest worker starts and stops the source
     finally:
-        path = src.recording_path
-        src.stop()
-    if path:
+        src.stop()  # idempotent; covers an app that failed before its worker ran
+    for path in src.recorded:
         print(f"recording written to {path}", file=sys.stderr)
     return EXIT_OK
 

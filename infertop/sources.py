@@ -56,6 +56,7 @@ class LiveSource:
         )
         self.notes = tuple(notes)
         self.writer: RecordingWriter | None = None
+        self.recorded: list[str] = []  # every recording this session wrote, in order
         if record_path:
             self.start_recording(record_path)
 
@@ -95,6 +96,7 @@ class LiveSource:
         """Start writing; a recording begun mid-session starts with everything defined so far."""
         self.stop_recording()
         self.writer = RecordingWriter(path)
+        self.recorded.append(path)
         s = self.session
         prelude: list[Event] = [s.target, StageRules(self.config.stage_rules)]
         prelude += [ThreadDef(tid, name) for tid, name in s.threads.items()]

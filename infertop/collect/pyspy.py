@@ -131,6 +131,8 @@ class PySpyCollector:
 
     # -- Collector protocol -------------------------------------------------------------------
     def start(self) -> None:
+        if self._thread is not None:
+            return  # one sampling loop per collector, however often start is called
         self._thread = threading.Thread(target=self._run, name="infertop-pyspy", daemon=True)
         self._thread.start()
 

@@ -56,6 +56,13 @@ def test_attach_shows_stages_and_frames_then_quits_cleanly() -> None:
             lambda s: "forward" in s and "preprocess" in s and ("generate" in s or "encode" in s)
         )
         assert str(target.pid) in screen
+        # one sampler at a time: never two py-spy processes tracing the target
+        for _ in range(10):
+            running = subprocess.run(
+                ["pgrep", "-f", f"py-spy record --pid {target.pid}"], capture_output=True, text=True
+            ).stdout.split()
+            assert len(running) <= 1, running
+            time.sleep(0.25)
         term.keys("q")
         term.wait_for(lambda s: "EXITED-0" in s, timeout=15)
         assert target.poll() is None, "the sample must still be running after we quit"
