@@ -21,7 +21,15 @@ PTRACE_HINT = (
 
 
 def find_pyspy() -> str:
-    """The py-spy binary: next to this interpreter (a venv) or on PATH."""
+    """The py-spy binary: $INFERTOP_PYSPY, else next to this interpreter (a venv), else on PATH."""
+    chosen = os.environ.get("INFERTOP_PYSPY")
+    if chosen:
+        if not os.access(chosen, os.X_OK):
+            raise UsageError(
+                f"py-spy not found at INFERTOP_PYSPY={chosen}",
+                "point INFERTOP_PYSPY at a py-spy binary, or unset it to use the bundled one",
+            )
+        return chosen
     here = Path(sys.executable).parent / "py-spy"
     if here.exists():
         return str(here)

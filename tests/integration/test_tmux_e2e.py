@@ -8,6 +8,7 @@ import sys
 import time
 import uuid
 
+import psutil
 import pytest
 
 from .helpers import ROOT, start_target, stop_target
@@ -92,3 +93,27 @@ def test_demo_starts_the_sample_and_quitting_stops_it() -> None:
             assert subprocess.run(["kill", "-0", pid], capture_output=True).returncode != 0
     finally:
         term.kill()
+
+
+def test_run_starts_the_command_shows_it_and_stops_it_on_quit(tmp_path) -> None:
+    script = ROOT / "tests/integration/targets/annotated.py"
+    term = Tmux(f"cd {tmp_path} && {sys.executable} -m infertop run --record run.infertop -- {sys.executable} {script}")
+    try:
+        term.wait_for(lambda s: "ingest" in s and "crunch" in s, timeout=45)
+        children = [
+            str(p.pid)
+            for p in psutil.process_iter(["cmdline"])
+            if (p.info["cmdline"] or [])[-1:] == [str(script)] and "infertop" not in " ".join(p.info["cmdline"][:-1])
+        ]
+        assert len(children) == 1
+        term.keys("q")
+        screen = term.wait_for(lambda s: "EXITED-0" in s, timeout=20)
+        assert "recording written to run.infertop" in screen
+        time.sleep(0.5)
+        for pid in children:
+            assert subprocess.run(["kill", "-0", pid], capture_output=True).returncode != 0
+    finally:
+        term.kill()
+    logs = list(tmp_path.glob("infertop-run-*.log"))
+    assert logs and "ready" in logs[0].read_text()  # the command's output went to its log
+    assert (tmp_path / "run.infertop").stat().st_size > 100

@@ -135,3 +135,24 @@ def test_tui_commands_without_a_terminal_say_what_to_do() -> None:
 def test_bad_rate_is_usage() -> None:
     p = run("record", str(os.getpid()), "-o", "/tmp/x.infertop", "--rate", "0")
     assert_one_clear_error(p, 2, "--rate")
+
+
+def test_missing_pyspy_says_how_to_get_it(tmp_path) -> None:
+    env = {**os.environ, "INFERTOP_PYSPY": str(tmp_path / "no-py-spy")}
+    p = subprocess.run(
+        INFERTOP + ["record", str(os.getpid()), "-o", str(tmp_path / "x.infertop")],
+        capture_output=True, text=True, timeout=60, env=env, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert_one_clear_error(p, 2, "py-spy not found")
+
+
+def test_pyspy_that_fails_is_reported_not_a_traceback(tmp_path) -> None:
+    fake = tmp_path / "py-spy"
+    fake.write_text("#!/bin/sh\necho 'Error: Operation not permitted (os error 1)' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    env = {**os.environ, "INFERTOP_PYSPY": str(fake)}
+    p = subprocess.run(
+        INFERTOP + ["record", str(os.getpid()), "-o", str(tmp_path / "x.infertop")],
+        capture_output=True, text=True, timeout=60, env=env, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert_one_clear_error(p, 3, "permission denied", "CAP_SYS_PTRACE")
