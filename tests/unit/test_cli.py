@@ -78,20 +78,23 @@ def test_non_python_process_is_4(tmp_path) -> None:
     assert not (tmp_path / "x.infertop").exists()
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to create another user's process")
-def test_other_users_process_is_3_with_a_hint(tmp_path) -> None:
-    # a process of user 'nobody' that root can still read: simulate the unprivileged caller
-    # by checking the message path for a pid we cannot signal (pid 1 is ours as root), so use
-    # setpriv to run infertop as nobody against our own process.
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run infertop as another user")
+def test_other_users_process_is_3_with_a_hint() -> None:
+    """infertop run as user 'nobody' against a process of root's: refused, with the way out."""
     import shutil
 
     if shutil.which("setpriv") is None:
         pytest.skip("setpriv missing")
+    as_nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    env = {**os.environ, "HOME": "/tmp"}
+    probe = subprocess.run([*as_nobody, *INFERTOP, "--version"], capture_output=True, env=env)
+    if probe.returncode != 0:
+        pytest.skip("user 'nobody' cannot run this checkout's interpreter (private directory)")
     target = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         p = subprocess.run(
-            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *INFERTOP, "record", str(target.pid), "-o", "/tmp/nobody.infertop"],
-            capture_output=True, text=True, timeout=60, env={**os.environ, "HOME": "/tmp"},
+            [*as_nobody, *INFERTOP, "record", str(target.pid), "-o", "/tmp/nobody.infertop"],
+            capture_output=True, text=True, timeout=60, env=env,
         )  # fmt: skip
     finally:
         target.kill()
@@ -111,6 +114,8 @@ def test_missing_recording_is_5(tmp_path) -> None:
 
 def test_kineto_trace_says_what_is_coming(repo_root) -> None:
     trace = repo_root.parent / "shared" / "traces" / "cpu_only_rank34.json.gz"
+    if not trace.exists():
+        pytest.skip("shared traces are not beside this checkout")
     p = run("report", str(trace))
     assert_one_clear_error(p, 2, "Kineto")
 
