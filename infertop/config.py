@@ -133,8 +133,35 @@ class CollectConfig:
 
 
 @dataclass(frozen=True)
+class FindingThresholds:
+    """When each bottleneck rule fires (docs/findings.md). Override in a config's [findings]."""
+
+    memcpy_pageable_min_bytes: int = 1  # any pageable copy is worth pinning
+    memcpy_sync_blocked_share: float = 0.05  # host blocked on the device ≥ 5 % of wall time
+    memcpy_small_bytes: int = 64 * 1024
+    memcpy_small_share: float = 0.5  # ≥ half of all transfers are small ...
+    memcpy_small_min_per_s: float = 100.0  # ... and there are ≥ 100 per second
+    copy_heavy_share: float = 0.10  # copies ≥ 10 % of forward / GPU time
+    python_overhead_share: float = 0.30  # ≥ 30 % of forward wall outside torch ops
+    python_overhead_min_ops: int = 100  # ... judged only with enough ops to judge by
+    tiny_ops_us: float = 10.0  # ops/kernels shorter than this are "tiny"
+    tiny_ops_share: float = 0.5  # most of them
+    tiny_ops_gpu_busy: float = 0.5  # ... while the GPU is busy less than half the time
+    gpu_idle_busy: float = 0.5  # GPU busy < 50 % of the time
+    gpu_idle_gap_ms: float = 100.0  # or idle gaps longer than this
+    preprocess_hot_share: float = 0.25
+    serialize_hot_share: float = 0.15
+    queue_wait_share: float = 0.30
+    gil_contention_share: float = 0.20
+    memory_pressure_reserved: float = 0.90
+    fragmentation_share: float = 0.30
+    fragmentation_min_bytes: int = 1 << 30
+
+
+@dataclass(frozen=True)
 class Config:
     collect: CollectConfig = field(default_factory=CollectConfig)
+    findings: FindingThresholds = field(default_factory=FindingThresholds)
     #: user rules, tried before the defaults: ``(stage, pattern)``
     stage_rules: tuple[tuple[str, str], ...] = ()
 
@@ -189,7 +216,19 @@ def load_config(path: str | None) -> Config:
         if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns):
             raise UsageError(f"{path}: stages.{name} must be a pattern or a list of patterns")
         rules.extend(parse_stage_arg(f"{name}={p}") for p in patterns)
-    return Config(collect=collect, stage_rules=tuple(rules))
+    findings = FindingThresholds()
+    raw_findings = data.get("findings", {})
+    if not isinstance(raw_findings, dict):
+        raise UsageError(f"{path}: [findings] must be a table of THRESHOLD = NUMBER")
+    for key, value in raw_findings.items():
+        if key not in FindingThresholds.__dataclass_fields__:
+            known = ", ".join(FindingThresholds.__dataclass_fields__)
+            raise UsageError(f"{path}: unknown finding threshold {key!r}", f"known: {known}")
+        try:
+            findings = replace(findings, **{key: type(getattr(findings, key))(_positive(value, f"findings.{key}", path))})
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    return Config(collect=collect, stage_rules=tuple(rules), findings=findings)
 
 
 def _positive(value: object, key: str, path: str) -> float:

@@ -1,0 +1,392 @@
+"""Bottleneck findings: a registry of rules, each a pure function from evidence to a Finding.
+
+Rules read a ``FindingInput`` (built from a Kineto trace today, from a live session's samples,
+op windows and GPU readings as those land) and the thresholds in ``config.FindingThresholds``.
+Every rule is documented in docs/findings.md with its definition and where the idea is from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from infertop.analysis.gpu import GpuSummary
+from infertop.analysis.trace_ops import OpRow, OutsideOps
+from infertop.config import FindingThresholds
+
+COPY_OPS = ("aten::copy_", "aten::to", "aten::_to_copy", "aten::contiguous", "aten::clone")
+SYNC_OPS = ("aten::item", "aten::_local_scalar_dense")
+SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2}
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str
+    severity: str  # high | medium | low
+    title: str
+    evidence: dict[str, Any]
+    where: tuple[str, ...]
+    hint: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "rule": self.rule,
+            "severity": self.severity,
+            "title": self.title,
+            "evidence": self.evidence,
+            "where": list(self.where),
+            "hint": self.hint,
+        }
+
+
+@dataclass(frozen=True)
+class MemoryState:
+    total: int | None  # device memory, bytes
+    reserved: int | None
+    allocated: int | None
+    alloc_retries: int = 0
+    ooms: int = 0
+
+
+@dataclass(frozen=True)
+class FindingInput:
+    wall_us: float = 0.0
+    stage_shares: dict[str, float] = field(default_factory=dict)  # share of active samples
+    stage_where: dict[str, tuple[str, ...]] = field(default_factory=dict)  # hottest frames
+    queue_latency_share: float | None = None  # queue time / request latency (from spans)
+    gil_wait_share: float | None = None
+    ops: tuple[OpRow, ...] = ()
+    outside_ops: OutsideOps | None = None
+    gpu: GpuSummary | None = None
+    kernel_durations_us: np.ndarray | None = None
+    transfer_bytes: np.ndarray | None = None  # one entry per memcpy (memset excluded)
+    copy_sites: dict[str, tuple[str, ...]] = field(default_factory=dict)  # (kind,host) -> ops
+    host_syncs: dict[str, tuple[int, float]] = field(default_factory=dict)  # name -> (count, µs)
+    sync_sites: tuple[str, ...] = ()
+    memory: MemoryState | None = None
+
+
+Rule = Callable[[FindingInput, FindingThresholds], "Finding | None"]
+RULES: dict[str, Rule] = {}
+
+
+def rule(rule_id: str) -> Callable[[Rule], Rule]:
+    def register(fn: Rule) -> Rule:
+        RULES[rule_id] = fn
+        return fn
+
+    return register
+
+
+def _severity(x: float, medium: float, high: float) -> str:
+    return "high" if x >= high else "medium" if x >= medium else "low"
+
+
+def _ops(inp: FindingInput, names: tuple[str, ...]) -> list[OpRow]:
+    return [o for o in inp.ops if o.name in names and o.device == "cpu"]
+
+
+def _ms(us: float) -> str:
+    return f"{us / 1000:.1f} ms"
+
+
+@rule("memcpy-pageable")
+def memcpy_pageable(inp: FindingInput, th: FindingThresholds) -> Finding | None:
+    if inp.gpu is None:
+        return None
+    rows = [r for r in inp.gpu.memcpy if r.host_memory == "pageable" and r.kind in ("HtoD", "DtoH")]
+    nbytes = sum(r.bytes for r in rows)
+    if not rows or nbytes < th.memcpy_pageable_min_bytes:
+        return None
+    us = sum(r.total_us for r in rows)
+    share = us / inp.gpu.busy_us if inp.gpu.busy_us else 0.0
+    sites = sorted({s for r in rows for s in inp.copy_sites.get((r.kind, "pageable"), ())})
+    return Finding(
+        "memcpy-pageable",
+        _severity(share, 0.02, 0.10),
+        f"{sum(r.count for r in rows)} host↔device copies from pageable memory "
+        f"({nbytes / 1e6:.1f} MB, {_ms(us)}, {100 * share:.1f}% of GPU busy time)",
+        {
+            "copies": {f"{r.kind} pageable": {"count": r.count, "bytes": r.bytes, "total_us": round(r.total_us, 1),
+                                              "mean_gbps": round(r.mean_gbps, 2)} for r in rows},
+            "share_of_gpu_busy": round(share, 4),
+        },  # fmt: skip
+        tuple(sites[:8]),
+        "allocate host buffers pinned (tensor.pin_memory(), DataLoader(pin_memory=True)) and "
+        "copy with .to(device, non_blocking=True): pageable copies are staged through a "
+        "bounce buffer, run slower and block the host",
+    )
+
+
+@rule("memcpy-sync")
+def memcpy_sync(inp: FindingInput, th: FindingThresholds) -> Finding | None:
+    if inp.wall_us <= 0:
+        return None
+    calls = dict(inp.host_syncs)
+    for op in _ops(inp, SYNC_OPS):
+        if op.name == "aten::item":  # _local_scalar_dense is inside it: count once
+            calls[op.name] = (op.count, op.total_us)
+    blocked = sum(us for c, us in calls.values())
+    count = sum(c for c, us in calls.values())
+    share = blocked / inp.wall_us
+    if share < th.memcpy_sync_blocked_share:
+        return None
+    per_s = count / (inp.wall_us / 1e6)
+    return Finding(
+        "memcpy-sync",
+        _severity(share, 0.10, 0.25),
+        f"the host waits on the GPU {100 * share:.1f}% of the time ({count} blocking calls, {per_s:.1f}/s)",
+        {
+            "blocked_share": round(share, 4),
+            "blocked_us": round(blocked, 1),
+            "calls_per_s": round(per_s, 2),
+            "calls": {n: {"count": c, "total_us": round(us, 1)} for n, (c, us) in calls.items()},
+        },
+        tuple(inp.sync_sites[:8]),
+        "remove host syncs from the hot path: avoid .item()/.cpu()/.tolist()/print of CUDA "
+        "tensors and torch.cuda.synchronize() per step; keep results on the device and read "
+        "them once per batch, with non_blocking copies into pinned buffers",
+    )
+
+
+@rule("memcpy-small")
+def memcpy_small(inp: FindingInput, th: FindingThresholds) -> Finding | None:
+    b = inp.transfer_bytes
+    if b is None or len(b) == 0 or inp.wall_us <= 0:
+        return None
+    small = float((b < th.memcpy_small_bytes).mean())
+    per_s = len(b) / (inp.wall_us / 1e6)
+    if small < th.memcpy_small_share or per_s < th.memcpy_small_min_per_s:
+        return None
+    return Finding(
+        "memcpy-small",
+        _severity(per_s, 1000, 10000),
+        f"{100 * small:.0f}% of {len(b)} transfers are under {th.memcpy_small_bytes // 1024} KiB ({per_s:.0f}/s)",
+        {"transfers": int(len(b)), "small_share": round(small, 3), "per_s": round(per_s, 1),
+         "median_bytes": int(np.median(b))},  # fmt: skip
+        (),
+        "batch small copies: gather them into one pinned staging tensor and copy once, or keep "
+        "the values on the device; each copy pays a launch and a sync",
+    )
+
+
+@rule("copy-heavy")
+def copy_heavy(inp: FindingInput, th: FindingThresholds) -> Finding | None:
+    copies = _ops(inp, COPY_OPS)
+    copy_us = sum(o.self_us for o in copies)
+    forward_us = inp.outside_ops.in_ops_us if inp.outside_ops else 0.0
+    cpu_share = copy_us / forward_us if forward_us else 0.0
+    dtod = [r for r in (inp.gpu.memcpy if inp.gpu else ()) if r.kind == "DtoD"]
+    gpu_share = sum(r.total_us for r in dtod) / inp.gpu.busy_us if inp.gpu and inp.gpu.busy_us else 0.0
+    share = max(cpu_share, gpu_share)
+    if share < th.copy_heavy_share:
+        return None
+    top = sorted(copies, key=lambda o: -o.self_us)[:5]
+    return Finding(
+        "copy-heavy",
+        _severity(share, 0.2, 0.35),
+        f"tensor copies and conversions take {100 * share:.0f}% of "
+        + ("forward time" if cpu_share >= gpu_share else "GPU time"),
+        {
+            "cpu_share_of_forward": round(cpu_share, 4),
+            "gpu_dtod_share": round(gpu_share, 4),
+            "top_copies": [{"op": o.name, "count": o.count, "self_us": round(o.self_us, 1)} for o in top],
+        },
+        tuple(o.name for o in top),
+        "keep tensors in the dtype, device and layout the model wants: convert inputs once, "
+        "drop .contiguous()/.clone() that are not needed, avoid float64 round trips; "
+        "torch.compile can fuse what remains",
+    )
+
+
+@rule("python-overhead")
+def python_overhead(inp: FindingInput, th: FindingThresholds) -> Finding | None:
+    o = inp.outside_ops
+    if o is None or o.ops < th.python_overhead_min_ops or o.outside_share < th.python_overhead_share:
+        return None
+    mean = o.in_ops_us / o.ops if o.ops else 0.0
+    return Finding(
+        "python-overhead",
+        _severity(o.outside_share, 0.45, 0.6),
+        f"{100 * o.outside_share:.0f}% of forward wall time is outside torch ops (Python and dispatch)",
+        {"outside_share": round(o.outside_share, 4), "top_level_ops": o.ops,
+         "mean_op_us": round(mean, 2), "wall_us": round(o.wall_us, 1)},  # fmt: skip
+        tuple(inp.stage_where.get("forward", ())[:5]),
+        "move Python work out of the per-op loop: vectorise, batch, or capture the forward with "
+        "torch.compile / CUDA graphs so it stops paying interpreter time per op",
+    )
+
+
+@rule("tiny-ops")
+def tiny_ops(inp: FindingInput, th: FindingThresholds) -> Finding | None:
+    k = inp.kernel_durations_us
+    if k is not None and len(k) >= 100 and inp.gpu is not None and inp.gpu.busy_share is not None:
+        tiny = float((k < th.tiny_ops_us).mean())
+        if tiny >= th.tiny_ops_share and inp.gpu.busy_share < th.tiny_ops_gpu_busy:
+            return Finding(
+                "tiny-ops",
+                _severity(tiny, 0.7, 0.9),
+                f"{100 * tiny:.0f}% of {len(k)} kernels run under {th.tiny_ops_us:g} µs and the "
+                f"GPU is busy only {100 * inp.gpu.busy_share:.0f}% of the time",
+                {"tiny_share": round(tiny, 3), "kernels": int(len(k)),
+                 "median_kernel_us": round(float(np.median(k)), 2),
+                 "gpu_busy_share": round(inp.gpu.busy_share, 3)},  # fmt: skip
+                (),
+                "the GPU waits on kernel launches: fuse ops (torch.compile), capture with CUDA "
+                "graphs, or batch more work per launch",
+            )
+    o = inp.outside_ops
+    if o is not None and o.ops >= th.python_overhead_min_ops and inp.gpu is None:
+        mean = o.in_ops_us / o.ops
+        if mean < th.tiny_ops_us and o.outside_share >= th.python_overhead_share:
+            return Finding(
+                "tiny-ops",
+                _severity(o.outside_share, 0.45, 0.6),
+                f"{o.ops} top-level ops average {mean:.1f} µs and the op timeline is idle "
+                f"{100 * o.outside_share:.0f}% of the time between them",
+                {"mean_op_us": round(mean, 2), "top_level_ops": o.ops,
+                 "outside_share": round(o.outside_share, 4)},  # fmt: skip
+                (),
+                "launch-bound: fewer, larger ops (vectorise the loop), or torch.compile",
+            )
+    return None
+
+
+@rule("gpu-idle")
+def gpu_idle(inp: FindingInput, th: FindingThresholds) -> Finding | None:
+    g = inp.gpu
+    if g is None or g.busy_share is None:
+        return None
+    long_gaps = [x for x in g.gaps if x.dur_us >= th.gpu_idle_gap_ms * 1000]
+    if g.busy_share >= th.gpu_idle_busy and not long_gaps:
+        return None
+    return Finding(
+        "gpu-idle",
+        _severity(1 - g.busy_share, 0.6, 0.8),
+        f"the GPU is busy {100 * g.busy_share:.0f}% of the time"
+        + (f", with {len(long_gaps)} idle gaps over {th.gpu_idle_gap_ms:g} ms" if long_gaps else ""),
+        {"busy_share": round(g.busy_share, 4), "busy_us": round(g.busy_us, 1), "span_us": round(g.span_us, 1),
+         "gaps_ms": [round(x.dur_us / 1000, 1) for x in long_gaps[:10]]},  # fmt: skip
+        (),
+        "find what the GPU waits for in the gaps (the CPU stages beside them: preprocessing, "
+        "host syncs, the batching queue) and overlap it with device work",
+    )
+
+
+def _stage_rule(rule_id: str, stage: str, attr: str, hint: str) -> Rule:
+    def check(inp: FindingInput, th: FindingThresholds) -> Finding | None:
+        share = inp.stage_shares.get(stage)
+        limit = getattr(th, attr)
+        if share is None or share < limit:
+            return None
+        return Finding(
+            rule_id,
+            _severity(share, limit * 1.5, limit * 2),
+            f"{stage} takes {100 * share:.0f}% of active time",
+            {"share": round(share, 4), "threshold": limit},
+            tuple(inp.stage_where.get(stage, ())[:5]),
+            hint,
+        )
+
+    return check
+
+
+RULES["preprocess-hot"] = _stage_rule(
+    "preprocess-hot", "preprocess", "preprocess_hot_share",
+    "use a fast tokenizer (the Rust `tokenizers` backend, use_fast=True), tokenize in batches, "
+    "cache repeated prompts, or move preprocessing to a worker pool off the model thread",
+)  # fmt: skip
+RULES["serialize-hot"] = _stage_rule(
+    "serialize-hot", "serialize", "serialize_hot_share",
+    "serialize less and faster: orjson/msgspec instead of json, no indent, round floats, send "
+    "token ids instead of per-token objects, move tensors to lists once per batch",
+)  # fmt: skip
+
+
+@rule("queue-wait")
+def queue_wait(inp: FindingInput, th: FindingThresholds) -> Finding | None:
+    share = inp.queue_latency_share
+    if share is None or share < th.queue_wait_share:
+        return None
+    return Finding(
+        "queue-wait",
+        _severity(share, 0.45, 0.6),
+        f"requests spend {100 * share:.0f}% of their latency waiting in the batching queue",
+        {"queue_share_of_latency": round(share, 4)},
+        tuple(inp.stage_where.get("queue", ())[:5]),
+        "shorten the batch timeout or cap batch size by latency; add model replicas when the "
+        "queue is long because the model is saturated",
+    )
+
+
+@rule("gil-contention")
+def gil_contention(inp: FindingInput, th: FindingThresholds) -> Finding | None:
+    share = inp.gil_wait_share
+    if share is None or share < th.gil_contention_share:
+        return None
+    return Finding(
+        "gil-contention",
+        _severity(share, 0.35, 0.5),
+        f"{100 * share:.0f}% of active-thread samples are waiting for the GIL",
+        {"gil_wait_share": round(share, 4)},
+        (),
+        "move CPU-bound Python (tokenizers, JSON) to processes or GIL-releasing libraries; "
+        "fewer Python threads competing with the model thread",
+    )
+
+
+@rule("gpu-memory-pressure")
+def memory_pressure(inp: FindingInput, th: FindingThresholds) -> Finding | None:
+    m = inp.memory
+    if m is None:
+        return None
+    ratio = m.reserved / m.total if m.reserved is not None and m.total else 0.0
+    if ratio < th.memory_pressure_reserved and m.alloc_retries == 0 and m.ooms == 0:
+        return None
+    sev = "high" if m.ooms or ratio >= 0.97 else "medium" if m.alloc_retries or ratio >= 0.93 else "low"
+    return Finding(
+        "gpu-memory-pressure",
+        sev,
+        f"reserved GPU memory at {100 * ratio:.0f}% of the device"
+        + (f", {m.alloc_retries} allocator retries" if m.alloc_retries else "")
+        + (f", {m.ooms} OOMs" if m.ooms else ""),
+        {"reserved_share": round(ratio, 4), "reserved": m.reserved, "total": m.total,
+         "alloc_retries": m.alloc_retries, "ooms": m.ooms},  # fmt: skip
+        (),
+        "lower the batch size or max sequence length, free cached tensors between requests, "
+        "or set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to cut fragmentation",
+    )
+
+
+@rule("allocator-fragmentation")
+def fragmentation(inp: FindingInput, th: FindingThresholds) -> Finding | None:
+    m = inp.memory
+    if m is None or m.reserved is None or m.allocated is None or m.reserved <= 0:
+        return None
+    slack = m.reserved - m.allocated
+    share = slack / m.reserved
+    if share < th.fragmentation_share or slack < th.fragmentation_min_bytes:
+        return None
+    return Finding(
+        "allocator-fragmentation",
+        _severity(share, 0.45, 0.6),
+        f"{slack / 2**30:.1f} GiB reserved but not allocated ({100 * share:.0f}% of reserved)",
+        {"reserved": m.reserved, "allocated": m.allocated, "slack_share": round(share, 4)},
+        (),
+        "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, keep tensor shapes stable "
+        "(pad to buckets), and avoid torch.cuda.empty_cache() churn",
+    )
+
+
+def evaluate(inp: FindingInput, thresholds: FindingThresholds | None = None) -> list[Finding]:
+    """Every rule that fires, most severe first."""
+    th = thresholds or FindingThresholds()
+    out = [f for fn in RULES.values() if (f := fn(inp, th)) is not None]
+    out.sort(key=lambda f: SEVERITY_ORDER[f.severity])
+    return out
+
+
+__all__ = ["Finding", "FindingInput", "MemoryState", "RULES", "evaluate"]

@@ -1,0 +1,140 @@
+"""The CPU side of a Kineto trace: the ops table, steps, and time outside torch ops.
+
+Self time needs nesting, which is per thread: events are sorted by (thread, start, -duration)
+and walked once with a stack — O(n log n) in numpy for the sort, one Python pass for the walk.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from infertop.collect.kineto import CAT, KinetoTrace
+
+STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
+
+
+@dataclass(frozen=True)
+class OpRow:
+    name: str
+    device: str  # cpu | cuda
+    count: int
+    total_us: float
+    self_us: float
+
+    @property
+    def mean_us(self) -> float:
+        return self.total_us / self.count if self.count else 0.0
+
+
+@dataclass(frozen=True)
+class Span:
+    name: str
+    tid: int
+    ts: float
+    dur: float
+
+
+def _nesting(trace: KinetoTrace, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For the masked events: indices sorted by (pid, tid, ts, -dur), their self time and depth."""
+    idx = np.flatnonzero(mask)
+    order = np.lexsort((-trace.dur[idx], trace.ts[idx], trace.tid[idx], trace.pid[idx]))
+    idx = idx[order]
+    self_t = trace.dur[idx].copy()
+    depth = np.zeros(len(idx), dtype=np.int32)
+    ts, end = trace.ts[idx], trace.ts[idx] + trace.dur[idx]
+    pid, tid = trace.pid[idx], trace.tid[idx]
+    stack: list[int] = []
+    thread = None
+    for i in range(len(idx)):
+        key = (pid[i], tid[i])
+        if key != thread:
+            stack, thread = [], key
+        while stack and ts[i] >= end[stack[-1]]:
+            stack.pop()
+        if stack:
+            parent = stack[-1]
+            self_t[parent] -= min(trace.dur[idx[i]], end[parent] - ts[i])
+            depth[i] = len(stack)
+        stack.append(i)
+    return idx, np.maximum(self_t, 0.0), depth
+
+
+def op_table(trace: KinetoTrace) -> list[OpRow]:
+    """CPU ops (count, total, self) and GPU kernels (count, total), by self time."""
+    rows: list[OpRow] = []
+    ops = trace.cat == CAT["cpu_op"]
+    if ops.any():
+        idx, self_t, _ = _nesting(trace, ops)
+        names = trace.name[idx]
+        uniq, inverse = np.unique(names, return_inverse=True)
+        count = np.bincount(inverse)
+        total = np.bincount(inverse, weights=trace.dur[idx])
+        selfs = np.bincount(inverse, weights=self_t)
+        rows += [
+            OpRow(trace.names[n], "cpu", int(c), float(t), float(s))
+            for n, c, t, s in zip(uniq, count, total, selfs)
+        ]
+    kern = trace.of("kernel", "gpu_memcpy", "gpu_memset")
+    if kern.any():
+        uniq, inverse = np.unique(trace.name[kern], return_inverse=True)
+        count = np.bincount(inverse)
+        total = np.bincount(inverse, weights=trace.dur[kern])
+        rows += [
+            OpRow(trace.names[n], "cuda", int(c), float(t), float(t))
+            for n, c, t in zip(uniq, count, total)
+        ]
+    rows.sort(key=lambda r: -r.self_us)
+    return rows
+
+
+def steps(trace: KinetoTrace) -> list[Span]:
+    """``ProfilerStep#N`` ranges, in order: torch.profiler's per-iteration marks."""
+    ua = np.flatnonzero(trace.cat == CAT["user_annotation"])
+    out = []
+    for i in ua:
+        name = trace.names[trace.name[i]]
+        if STEP_RE.match(name):
+            out.append(Span(name, int(trace.tid[i]), float(trace.ts[i]), float(trace.dur[i])))
+    out.sort(key=lambda s: s.ts)
+    return out
+
+
+@dataclass(frozen=True)
+class OutsideOps:
+    """How much of the profiled wall time on the op threads no torch op covered."""
+
+    wall_us: float
+    in_ops_us: float
+    ops: int
+
+    @property
+    def outside_share(self) -> float:
+        return 1.0 - self.in_ops_us / self.wall_us if self.wall_us > 0 else 0.0
+
+
+def time_outside_ops(trace: KinetoTrace) -> OutsideOps | None:
+    """Within each step (or, with no steps, the op thread's whole range): wall not under an op."""
+    ops = trace.cat == CAT["cpu_op"]
+    if not ops.any():
+        return None
+    idx, _, depth = _nesting(trace, ops)
+    top = idx[depth == 0]
+    # the thread that runs most op time is the one doing the forward
+    tids, inverse = np.unique(trace.tid[top], return_inverse=True)
+    main = tids[np.argmax(np.bincount(inverse, weights=trace.dur[top]))]
+    top = top[trace.tid[top] == main]
+    starts, ends = trace.ts[top], trace.ts[top] + trace.dur[top]
+    windows = [(s.ts, s.ts + s.dur) for s in steps(trace) if s.tid == main] or [
+        (float(starts.min()), float(ends.max()))
+    ]
+    wall = covered = 0.0
+    for w0, w1 in windows:
+        s = np.clip(starts, w0, w1)
+        e = np.clip(ends, w0, w1)
+        keep = e > s
+        wall += w1 - w0
+        covered += float((e[keep] - s[keep]).sum())  # top-level ops do not overlap on a thread
+    return OutsideOps(wall, min(covered, wall), int(len(top)))
