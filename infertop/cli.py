@@ -14,7 +14,8 @@ from infertop import __version__
 from infertop.errors import EXIT_OK, EXIT_USAGE, InfertopError, UsageError
 
 LATER = {
-    "import": "Kineto trace import lands with the findings work (issue: findings & Kineto import)",
+    "import": "converting a Kineto trace into a recording is not there yet; "
+    "`infertop report TRACE.json` reads the trace directly",
     "export": "export to Chrome/Perfetto and speedscope lands with the export & diff work",
     "diff": "diff of recordings and traces lands with the export & diff work",
 }
@@ -300,9 +301,16 @@ def cmd_report(args: argparse.Namespace) -> int:
     from infertop.record.reader import read_recording
     from infertop.report.build import build_report
     from infertop.report.text import render_markdown, render_text
+    from infertop.report.trace import build_trace_report, is_trace_path, render_trace_text
     from infertop.sources import ReplaySource
 
-    _refuse_trace(args.file)
+    if is_trace_path(args.file):
+        rep = build_trace_report(args.file, _config(args).findings)
+        if args.format == "json":
+            sys.stdout.write(json.dumps(rep, indent=2) + "\n")
+        else:
+            sys.stdout.write(render_trace_text(rep, markdown=args.format == "markdown"))
+        return EXIT_OK
     rec = read_recording(args.file)
     if rec.warning:
         print(f"infertop: warning: {rec.warning}", file=sys.stderr)
@@ -316,15 +324,6 @@ def cmd_report(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(render_text(rep))
     return EXIT_OK
-
-
-def _refuse_trace(path: str) -> None:
-    """Kineto traces are recognised now and reported once Kineto import lands."""
-    if path.endswith((".json", ".json.gz")) or os.path.isdir(path):
-        raise UsageError(
-            f"{path} looks like a torch.profiler (Kineto) trace",
-            LATER["import"] + "; today `report` reads .infertop recordings",
-        )
 
 
 def cmd_later(args: argparse.Namespace) -> int:

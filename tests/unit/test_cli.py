@@ -112,18 +112,46 @@ def test_missing_recording_is_5(tmp_path) -> None:
     assert_one_clear_error(run("report", str(tmp_path / "none.infertop")), 5, "no such file")
 
 
-def test_kineto_trace_says_what_is_coming(repo_root) -> None:
-    trace = repo_root.parent / "shared" / "traces" / "cpu_only_rank34.json.gz"
-    if not trace.exists():
+def test_report_reads_kineto_traces_and_directories_of_ranks(repo_root, tmp_path) -> None:
+    import json
+    import shutil
+
+    traces = repo_root.parent / "shared" / "traces"
+    if not traces.exists():
         pytest.skip("shared traces are not beside this checkout")
-    p = run("report", str(trace))
-    assert_one_clear_error(p, 2, "Kineto")
+    p = run("report", str(traces / "a100_alexnet_pageable_memcpy.json.gz"), "--format", "json")
+    assert p.returncode == 0, p.stderr
+    rep = json.loads(p.stdout)
+    assert rep["source"]["kind"] == "kineto" and rep["gpu"]["available"]
+    assert rep["findings"][0]["rule"] == "memcpy-pageable"
+    assert {"name", "device", "count", "total_us", "self_us"} <= set(rep["ops"][0])
+    text = run("report", str(traces / "a100_alexnet_pageable_memcpy.json.gz")).stdout
+    assert text.index("findings:") < text.index("top ops")  # findings lead
+    ranks = tmp_path / "ranks"
+    ranks.mkdir()
+    for name in ("a100_sampled_rank0", "cpu_only_rank34"):
+        shutil.copy(traces / f"{name}.json.gz", ranks)
+    rep = json.loads(run("report", str(ranks), "--format", "json").stdout)
+    assert [r["rank"] for r in rep["ranks"]] == [0, 34]
+    md = run("report", str(ranks), "--format", "markdown").stdout
+    assert md.count("# infertop report") == 2
+
+
+@pytest.mark.parametrize("content", [b'{"a": 1}', b"[1, 2", b"\x1f\x8b garbage", b""])
+def test_bad_traces_are_5(tmp_path, content: bytes) -> None:
+    f = tmp_path / "t.json"
+    f.write_bytes(content)
+    assert_one_clear_error(run("report", str(f)), 5)
+
+
+def test_empty_trace_directory_is_5(tmp_path) -> None:
+    assert_one_clear_error(run("report", str(tmp_path)), 5, "no .json")
 
 
 @pytest.mark.parametrize(
     "argv,word",
     [
-        (["import", "t.json", "-o", "x"], "Kineto"),
+        (["import", "t.json", "-o", "x"], "report TRACE.json"),
         (["export", "f", "--format", "chrome", "-o", "o"], "export"),
         (["diff", "a", "b"], "diff"),
     ],

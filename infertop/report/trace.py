@@ -1,0 +1,133 @@
+"""Reports on torch.profiler (Kineto) traces: one file, or a directory with one trace per rank.
+
+The document follows the schema-1 report; a trace has no py-spy samples, so ``stages`` and
+``top_frames`` are empty and ``target`` is unknown. A directory gives ``ranks``: one such
+report per trace file, in rank order.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from infertop.analysis.findings import evaluate
+from infertop.analysis.gpu import summarize_gpu
+from infertop.analysis.trace_findings import trace_input
+from infertop.collect.kineto import read_trace
+from infertop.config import FindingThresholds
+from infertop.errors import BadInputFile
+from infertop.report.build import REPORT_VERSION
+
+TOP_OPS = 50
+
+
+def is_trace_path(path: str) -> bool:
+    return path.endswith((".json", ".json.gz")) or os.path.isdir(path)
+
+
+def trace_files(path: str) -> list[str]:
+    if not os.path.isdir(path):
+        return [path]
+    files = sorted(
+        os.path.join(path, f) for f in os.listdir(path) if f.endswith((".json", ".json.gz"))
+    )
+    if not files:
+        raise BadInputFile(f"{path} holds no .json or .json.gz traces")
+    return files
+
+
+def _one(path: str, thresholds: FindingThresholds) -> dict[str, Any]:
+    trace = read_trace(path)
+    gpu = summarize_gpu(trace)
+    inp = trace_input(trace, gpu)
+    findings = evaluate(inp, thresholds)
+    return {
+        "infertop_report": REPORT_VERSION,
+        "source": {"kind": "kineto", "path": path},
+        "target": {"pid": None, "cmdline": None, "python": None, "torch": None},
+        "rank": trace.rank,
+        "duration_s": round(inp.wall_us / 1e6, 6),
+        "stages": [],
+        "top_frames": [],
+        "ops": [
+            {"name": o.name, "device": o.device, "count": o.count,
+             "total_us": round(o.total_us, 3), "self_us": round(o.self_us, 3)}
+            for o in inp.ops[:TOP_OPS]
+        ],  # fmt: skip
+        "gpu": {
+            "available": trace.has_gpu,
+            "reason": None if trace.has_gpu else "the trace has no GPU events",
+            "device_names": {str(k): v for k, v in trace.device_names.items()},
+            "kernel_time_us": {k: round(v, 3) for k, v in gpu.kernel_time_us.items()},
+            "busy_share": None if gpu.busy_share is None else round(gpu.busy_share, 6),
+            "memcpy": [
+                {"kind": r.kind, "host_memory": r.host_memory, "count": r.count, "bytes": r.bytes,
+                 "total_us": round(r.total_us, 3), "mean_gbps": round(r.mean_gbps, 3)}
+                for r in gpu.memcpy
+            ],  # fmt: skip
+            "memory": None,
+            "sync_events": gpu.sync_events,
+            "launch_delay_us": None
+            if gpu.launch_delay_us is None
+            else {"p50": round(gpu.launch_delay_us[0], 1), "p95": round(gpu.launch_delay_us[1], 1)},
+        },
+        "findings": [f.as_dict() for f in findings],
+        "warnings": [f"{trace.skipped} malformed events skipped"] if trace.skipped else [],
+    }
+
+
+def build_trace_report(path: str, thresholds: FindingThresholds | None = None) -> dict[str, Any]:
+    th = thresholds or FindingThresholds()
+    files = trace_files(path)
+    if not os.path.isdir(path):
+        return _one(files[0], th)
+    ranks = sorted((_one(f, th) for f in files), key=lambda r: (r["rank"] is None, r["rank"] or 0))
+    return {
+        "infertop_report": REPORT_VERSION,
+        "source": {"kind": "kineto", "path": path},
+        "ranks": ranks,
+    }
+
+
+def render_trace_text(rep: dict[str, Any], markdown: bool = False) -> str:
+    if "ranks" in rep:
+        return "\n".join(render_trace_text(r, markdown) for r in rep["ranks"])
+    h = "## " if markdown else ""
+    rank = f" (rank {rep['rank']})" if rep.get("rank") is not None else ""
+    out = [
+        f"{'# ' if markdown else ''}infertop report — {rep['source']['path']}{rank} (torch.profiler trace)",
+        f"profiled wall time: {rep['duration_s'] * 1000:.1f} ms",
+        "",
+        f"{h}findings:" if not markdown else f"{h}Findings",
+    ]
+    out += [f"warning: {w}" for w in rep.get("warnings", [])]
+    if rep["findings"]:
+        for f in rep["findings"]:
+            where = f"  at {', '.join(f['where'][:3])}" if f["where"] else ""
+            out.append(f"  [{f['severity']}] {f['rule']}: {f['title']}{where}")
+            out.append(f"      fix: {f['hint']}")
+    else:
+        out.append("  none (no bottleneck rule fired)")
+    g = rep["gpu"]
+    out += ["", f"{h}gpu:" if not markdown else f"{h}GPU"]
+    if not g["available"]:
+        out.append(f"  not available — {g['reason']}")
+    else:
+        k = g["kernel_time_us"]
+        busy = "?" if g["busy_share"] is None else f"{100 * g['busy_share']:.1f}%"
+        out.append(
+            f"  kernel time: compute {k['compute'] / 1000:.1f} ms, memory {k['memory'] / 1000:.1f} ms, "
+            f"communication {k['communication'] / 1000:.1f} ms; busy {busy}"
+        )
+        for r in g["memcpy"]:
+            out.append(
+                f"  {r['kind']:<6} {r['host_memory']:<8} {r['count']:>6}× {r['bytes'] / 1e6:10.2f} MB "
+                f"{r['total_us'] / 1000:9.2f} ms {r['mean_gbps']:8.2f} GB/s"
+            )
+    out += ["", f"{h}top ops by self time:" if not markdown else f"{h}Top ops by self time"]
+    for o in rep["ops"][:15]:
+        out.append(
+            f"  {o['self_us'] / 1000:9.2f} ms self {o['total_us'] / 1000:9.2f} ms total "
+            f"{o['count']:>6}×  [{o['device']}] {o['name'][:90]}"
+        )
+    return "\n".join(out) + "\n"
