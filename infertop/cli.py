@@ -297,20 +297,23 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from infertop.analysis.snapshot import build_snapshot
-    from infertop.record.reader import read_recording
-    from infertop.report.build import build_report
-    from infertop.report.text import render_markdown, render_text
-    from infertop.report.trace import build_trace_report, is_trace_path, render_trace_text
-    from infertop.sources import ReplaySource
+    from infertop.report.trace import is_trace_path
 
     if is_trace_path(args.file):
+        from infertop.report.trace import build_trace_report, render_trace_text
+
         rep = build_trace_report(args.file, _config(args).findings)
         if args.format == "json":
             sys.stdout.write(json.dumps(rep, indent=2) + "\n")
         else:
             sys.stdout.write(render_trace_text(rep, markdown=args.format == "markdown"))
         return EXIT_OK
+    from infertop.analysis.snapshot import build_snapshot
+    from infertop.record.reader import read_recording
+    from infertop.report.build import build_report
+    from infertop.report.text import render_markdown, render_text
+    from infertop.sources import ReplaySource
+
     rec = read_recording(args.file)
     if rec.warning:
         print(f"infertop: warning: {rec.warning}", file=sys.stderr)

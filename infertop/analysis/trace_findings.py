@@ -8,31 +8,15 @@ import numpy as np
 
 from infertop.analysis.findings import FindingInput
 from infertop.analysis.gpu import SYNC_RUNTIME, GpuSummary, memcpy_kind, summarize_gpu
-from infertop.analysis.trace_ops import op_table, time_outside_ops
+from infertop.analysis.trace_ops import enclosing_ops, op_table, time_outside_ops
 from infertop.collect.kineto import CAT, KinetoTrace
-
-
-def _enclosing_ops(trace: KinetoTrace, rt_mask: np.ndarray) -> list[int | None]:
-    """For each masked runtime call, the innermost CPU op on its thread around it (or None)."""
-    ops = np.flatnonzero(trace.cat == CAT["cpu_op"])
-    by_tid = {t: ops[trace.tid[ops] == t] for t in np.unique(trace.tid[ops])}
-    out: list[int | None] = []
-    for i in np.flatnonzero(rt_mask):
-        cand = by_tid.get(trace.tid[i])
-        if cand is None:
-            out.append(None)
-            continue
-        t0, t1 = trace.ts[i], trace.ts[i] + trace.dur[i]
-        inside = cand[(trace.ts[cand] <= t0) & (trace.ts[cand] + trace.dur[cand] >= t1)]
-        out.append(int(inside[np.argmax(trace.ts[inside])]) if len(inside) else None)
-    return out
 
 
 def _launching_ops(trace: KinetoTrace, gpu_mask: np.ndarray) -> list[str]:
     """Names of the CPU ops whose runtime calls launched the masked GPU events, most first."""
     corr = np.unique(trace.correlation[gpu_mask & (trace.correlation >= 0)])
     rt = trace.of("cuda_runtime", "cuda_driver") & np.isin(trace.correlation, corr)
-    names = [trace.names[trace.name[j]] for j in _enclosing_ops(trace, rt) if j is not None]
+    names = [trace.names[trace.name[j]] for j in enclosing_ops(trace, rt) if j is not None]
     return [n for n, _ in Counter(names).most_common()]
 
 
@@ -44,7 +28,7 @@ def _host_syncs(trace: KinetoTrace) -> tuple[dict[str, tuple[int, float]], tuple
     rt = trace.of("cuda_runtime") & np.isin(trace.name, ids)
     calls: dict[str, list[float]] = {}
     sites: Counter[str] = Counter()
-    for i, op in zip(np.flatnonzero(rt), _enclosing_ops(trace, rt)):
+    for i, op in zip(np.flatnonzero(rt), enclosing_ops(trace, rt)):
         if op is None:
             continue
         acc = calls.setdefault(trace.names[trace.name[i]], [0, 0.0])

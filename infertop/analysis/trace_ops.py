@@ -37,14 +37,33 @@ class Span:
     dur: float
 
 
-def _nesting(trace: KinetoTrace, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """For the masked events: indices sorted by (pid, tid, ts, -dur), their self time and depth."""
+@dataclass(frozen=True)
+class Nesting:
+    """CPU ops in (pid, tid, ts, -dur) order with self time, depth and parent position."""
+
+    idx: np.ndarray  # event indices into the trace
+    self_us: np.ndarray
+    depth: np.ndarray
+    parent: np.ndarray  # position in ``idx`` of the enclosing op, -1 at top level
+
+
+def cpu_nesting(trace: KinetoTrace) -> Nesting:
+    """Computed once per trace (cached on it): every CPU-op analysis shares it."""
+    cached = trace.cache.get("cpu_nesting")
+    if cached is None:
+        cached = trace.cache["cpu_nesting"] = _nesting(trace, trace.cat == CAT["cpu_op"])
+    return cached
+
+
+def _nesting(trace: KinetoTrace, mask: np.ndarray) -> Nesting:
     idx = np.flatnonzero(mask)
     order = np.lexsort((-trace.dur[idx], trace.ts[idx], trace.tid[idx], trace.pid[idx]))
     idx = idx[order]
-    self_t = trace.dur[idx].copy()
+    dur = trace.dur[idx]
+    self_t = dur.copy()
     depth = np.zeros(len(idx), dtype=np.int32)
-    ts, end = trace.ts[idx], trace.ts[idx] + trace.dur[idx]
+    parent = np.full(len(idx), -1, dtype=np.int64)
+    ts, end = trace.ts[idx], trace.ts[idx] + dur
     pid, tid = trace.pid[idx], trace.tid[idx]
     stack: list[int] = []
     thread = None
@@ -55,11 +74,35 @@ def _nesting(trace: KinetoTrace, mask: np.ndarray) -> tuple[np.ndarray, np.ndarr
         while stack and ts[i] >= end[stack[-1]]:
             stack.pop()
         if stack:
-            parent = stack[-1]
-            self_t[parent] -= min(trace.dur[idx[i]], end[parent] - ts[i])
+            p = stack[-1]
+            self_t[p] -= min(dur[i], end[p] - ts[i])
             depth[i] = len(stack)
+            parent[i] = p
         stack.append(i)
-    return idx, np.maximum(self_t, 0.0), depth
+    return Nesting(idx, np.maximum(self_t, 0.0), depth, parent)
+
+
+def enclosing_ops(trace: KinetoTrace, mask: np.ndarray) -> list[int | None]:
+    """For each masked event, the innermost CPU op on its thread that encloses it (or None)."""
+    n = cpu_nesting(trace)
+    if not len(n.idx):
+        return [None] * int(mask.sum())
+    ts, end = trace.ts[n.idx], trace.ts[n.idx] + trace.dur[n.idx]
+    pids, tids = trace.pid[n.idx], trace.tid[n.idx]
+    starts = np.flatnonzero(np.r_[True, (pids[1:] != pids[:-1]) | (tids[1:] != tids[:-1])])
+    bounds = {
+        (int(pids[a]), int(tids[a])): (int(a), int(b))
+        for a, b in zip(starts, np.r_[starts[1:], len(tids)])
+    }
+    out: list[int | None] = []
+    for q in np.flatnonzero(mask):
+        t0, t1 = trace.ts[q], trace.ts[q] + trace.dur[q]
+        lo, hi = bounds.get((int(trace.pid[q]), int(trace.tid[q])), (0, 0))
+        j = lo + int(np.searchsorted(ts[lo:hi], t0, "right")) - 1
+        while j >= lo and end[j] < t1:
+            j = int(n.parent[j])
+        out.append(int(n.idx[j]) if j >= lo else None)
+    return out
 
 
 def op_table(trace: KinetoTrace) -> list[OpRow]:
@@ -67,7 +110,8 @@ def op_table(trace: KinetoTrace) -> list[OpRow]:
     rows: list[OpRow] = []
     ops = trace.cat == CAT["cpu_op"]
     if ops.any():
-        idx, self_t, _ = _nesting(trace, ops)
+        nest = cpu_nesting(trace)
+        idx, self_t = nest.idx, nest.self_us
         names = trace.name[idx]
         uniq, inverse = np.unique(names, return_inverse=True)
         count = np.bincount(inverse)
@@ -120,8 +164,8 @@ def time_outside_ops(trace: KinetoTrace) -> OutsideOps | None:
     ops = trace.cat == CAT["cpu_op"]
     if not ops.any():
         return None
-    idx, _, depth = _nesting(trace, ops)
-    top = idx[depth == 0]
+    nest = cpu_nesting(trace)
+    top = nest.idx[nest.depth == 0]
     # the thread that runs most op time is the one doing the forward
     tids, inverse = np.unique(trace.tid[top], return_inverse=True)
     main = tids[np.argmax(np.bincount(inverse, weights=trace.dur[top]))]

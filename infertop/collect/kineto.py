@@ -18,12 +18,10 @@ import numpy as np
 
 from infertop.errors import BadInputFile
 
-try:  # optional, faster JSON
-    import orjson
-
-    _loads: Any = orjson.loads
-except ImportError:  # pragma: no cover - depends on the environment
-    _loads = json.loads
+try:  # typed decoding that skips what we do not need: ~3x faster than json.loads
+    import msgspec
+except ImportError:  # pragma: no cover - msgspec is a dependency; be robust anyway
+    msgspec = None
 
 #: event categories we keep, with their small-int codes
 CATEGORIES = (
@@ -61,6 +59,7 @@ class KinetoTrace:
     rank: int | None = None
     device_names: dict[int, str] = field(default_factory=dict)
     skipped: int = 0  # malformed events left out
+    cache: dict[str, Any] = field(default_factory=dict, repr=False)  # analyses shared per trace
 
     def __len__(self) -> int:
         return len(self.cat)
@@ -91,11 +90,63 @@ def read_trace(path: str) -> KinetoTrace:
             raw = gzip.decompress(raw)
         except (OSError, EOFError, zlib.error) as exc:
             raise BadInputFile(f"{path}: damaged gzip data ({exc})") from None
+    fast = _decode_fast(raw)
+    if fast is not None:
+        return _build(fast, path)
     try:
-        doc = _loads(raw)
+        doc = json.loads(raw)
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise BadInputFile(f"{path} is not valid JSON ({str(exc)[:80]})", "is the trace complete?") from None
     return parse_trace(doc, path)
+
+
+if msgspec is not None:
+
+    class _Args(msgspec.Struct):
+        correlation: Any = None
+        external_id: Any = msgspec.field(default=None, name="External id")
+        bytes: Any = None
+        device: Any = None
+
+    class _Event(msgspec.Struct):
+        ph: Any = None
+        cat: Any = None
+        name: Any = None
+        ts: Any = None
+        dur: Any = 0
+        pid: Any = None
+        tid: Any = None
+        args: _Args | None = None  # a typed struct: the many other args are skipped, not built
+
+    class _Trace(msgspec.Struct):
+        traceEvents: list[_Event]
+        distributedInfo: Any = None
+        deviceProperties: Any = None
+
+    _DECODER = msgspec.json.Decoder(_Trace)
+
+
+def _decode_fast(raw: bytes) -> Any:
+    """The typed decode, or None when the document is not shaped as expected (then the
+    general path decides whether it is a trace at all)."""
+    if msgspec is None:
+        return None
+    try:
+        return _DECODER.decode(raw)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
+def _build(doc: Any, path: str) -> KinetoTrace:
+    def rows() -> Any:
+        for ev in doc.traceEvents:
+            a = ev.args
+            extra = None if a is None else (
+                _int(a.correlation), _int(a.external_id), _int(a.bytes), _int(a.device)
+            )  # fmt: skip
+            yield ev.ph, ev.cat, ev.name, ev.ts, ev.dur, ev.pid, ev.tid, extra
+
+    return _columns(rows(), doc.distributedInfo, doc.deviceProperties, path)
 
 
 def _int(x: Any, default: int = -1) -> int:
@@ -103,47 +154,57 @@ def _int(x: Any, default: int = -1) -> int:
 
 
 def parse_trace(doc: Any, path: str = "<trace>") -> KinetoTrace:
+    """Columns from an already decoded trace document (the general, tolerant path)."""
     events = doc.get("traceEvents") if isinstance(doc, dict) else None
     if not isinstance(events, list):
         raise BadInputFile(
             f"{path} is not a torch.profiler trace (no traceEvents list)",
             "export one with prof.export_chrome_trace(...) or torch.profiler.tensorboard_trace_handler",
         )
+
+    def rows() -> Any:
+        for ev in events:
+            if type(ev) is dict:
+                a = ev.get("args")
+                extra = (
+                    (_int(a.get("correlation")), _int(a.get("External id")),
+                     _int(a.get("bytes")), _int(a.get("device")))
+                    if type(a) is dict else None
+                )  # fmt: skip
+                yield (ev.get("ph"), ev.get("cat"), ev.get("name"), ev.get("ts"), ev.get("dur", 0),
+                       ev.get("pid"), ev.get("tid"), extra)  # fmt: skip
+
+    return _columns(rows(), doc.get("distributedInfo"), doc.get("deviceProperties"), path)
+
+
+def _columns(rows: Any, dist: Any, props: Any, path: str) -> KinetoTrace:
     names: list[str] = []
     name_ids: dict[str, int] = {}
-    cols: dict[str, list[Any]] = {k: [] for k in ("cat", "name", "ts", "dur", "pid", "tid", "corr", "ext", "bytes", "dev")}
+    out: list[tuple[Any, ...]] = []
+    append = out.append
     skipped = 0
     cat_code = CAT.get
-    for ev in events:
-        if type(ev) is not dict or ev.get("ph") != "X":
+    number = (int, float)
+    no_args = (-1, -1, -1, -1)
+    for ph, cat, nm, ts, dur, pid, tid, extra in rows:
+        if ph != "X":
             continue
-        code = cat_code(ev.get("cat"))  # type: ignore[arg-type]
+        code = cat_code(cat) if type(cat) is str else None
         if code is None:
             continue
-        ts, dur, nm = ev.get("ts"), ev.get("dur", 0), ev.get("name")
-        if type(ts) not in (int, float) or type(dur) not in (int, float) or type(nm) is not str or dur < 0:
+        if type(ts) not in number or type(dur) not in number or type(nm) is not str or dur < 0:
             skipped += 1
             continue
         nid = name_ids.get(nm)
         if nid is None:
             nid = name_ids[nm] = len(names)
             names.append(nm)
-        args = ev.get("args")
-        if type(args) is not dict:
-            args = {}
-        cols["cat"].append(code)
-        cols["name"].append(nid)
-        cols["ts"].append(ts)
-        cols["dur"].append(dur)
-        cols["pid"].append(_int(ev.get("pid"), 0))
-        cols["tid"].append(_int(ev.get("tid"), 0))
-        cols["corr"].append(_int(args.get("correlation")))
-        cols["ext"].append(_int(args.get("External id")))
-        cols["bytes"].append(_int(args.get("bytes")))
-        cols["dev"].append(_int(args.get("device")))
-    dist = doc.get("distributedInfo")
+        append((code, nid, ts, dur, pid if type(pid) is int else 0, tid if type(tid) is int else 0,
+                *(extra or no_args)))  # fmt: skip
+    # one float64 table, then typed columns (µs timestamps since the epoch fit in 53 bits)
+    table = np.array(out, dtype=np.float64).reshape(-1, 10)
+    ints = table[:, [0, 1, 4, 5, 6, 7, 8, 9]].astype(np.int64)
     rank = dist.get("rank") if isinstance(dist, dict) and type(dist.get("rank")) is int else None
-    props = doc.get("deviceProperties")
     device_names = {
         p["id"]: str(p.get("name"))
         for p in props if isinstance(p, dict) and type(p.get("id")) is int
@@ -151,16 +212,16 @@ def parse_trace(doc: Any, path: str = "<trace>") -> KinetoTrace:
     return KinetoTrace(
         path=os.fspath(path),
         names=names,
-        cat=np.array(cols["cat"], dtype=np.uint8),
-        name=np.array(cols["name"], dtype=np.int32),
-        ts=np.array(cols["ts"], dtype=np.float64),
-        dur=np.array(cols["dur"], dtype=np.float64),
-        pid=np.array(cols["pid"], dtype=np.int64),
-        tid=np.array(cols["tid"], dtype=np.int64),
-        correlation=np.array(cols["corr"], dtype=np.int64),
-        external_id=np.array(cols["ext"], dtype=np.int64),
-        nbytes=np.array(cols["bytes"], dtype=np.int64),
-        device=np.array(cols["dev"], dtype=np.int64),
+        cat=ints[:, 0].astype(np.uint8),
+        name=ints[:, 1].astype(np.int32),
+        ts=np.ascontiguousarray(table[:, 2]),
+        dur=np.ascontiguousarray(table[:, 3]),
+        pid=np.ascontiguousarray(ints[:, 2]),
+        tid=np.ascontiguousarray(ints[:, 3]),
+        correlation=np.ascontiguousarray(ints[:, 4]),
+        external_id=np.ascontiguousarray(ints[:, 5]),
+        nbytes=np.ascontiguousarray(ints[:, 6]),
+        device=np.ascontiguousarray(ints[:, 7]),
         rank=rank,
         device_names=device_names,
         skipped=skipped,

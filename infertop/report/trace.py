@@ -16,9 +16,9 @@ from infertop.analysis.trace_findings import trace_input
 from infertop.collect.kineto import read_trace
 from infertop.config import FindingThresholds
 from infertop.errors import BadInputFile
-from infertop.report.build import REPORT_VERSION
 
 TOP_OPS = 50
+REPORT_VERSION = 1  # the same schema as report/build.py
 
 
 def is_trace_path(path: str) -> bool:
