@@ -8,8 +8,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from infertop.analysis.flame import FlameNode, TopFrame, build_flame, top_frames
+from infertop.analysis.ops import (
+    GpuWork,
+    OpAccumulator,
+    OpRow,
+    device_flame,
+    gpu_work,
+    ops_table,
+)
 from infertop.analysis.shares import StageShare, stage_shares
-from infertop.model.events import CollectorStatus, TargetExited, TargetInfo
+from infertop.model.events import AllocatorReading, CollectorStatus, TargetExited, TargetInfo
 from infertop.model.session import Session, WindowSummary
 
 
@@ -43,6 +51,14 @@ class Snapshot:
     recording_bytes: int = 0
     replay: ReplayState | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # torch-profiler windows (the in-process agent), up to t
+    ops: tuple[OpRow, ...] = ()  # every stage, by self time
+    device_flame: FlameNode = field(default_factory=lambda: FlameNode(None))  # stage-filtered
+    gpu: GpuWork | None = None  # None: no device work seen
+    allocator: AllocatorReading | None = None  # the newest reading
+    op_windows: int = 0
+    op_seconds: float = 0.0  # wall time the windows covered
+    op_truncated: int = 0  # windows cut short (max_events reached)
 
     @property
     def duration_s(self) -> float:
@@ -83,6 +99,7 @@ def build_snapshot(
     recent_s: float = 5.0,
     history: int = 120,
     accumulator: StackAccumulator | None = None,
+    op_accumulator: OpAccumulator | None = None,
     recording: str | None = None,
     recording_bytes: int = 0,
     replay: ReplayState | None = None,
@@ -106,6 +123,9 @@ def build_snapshot(
     )
     sampled = sum(w.window.t_end - w.window.t_start for w in windows)
     items = list(stack_counts.items())
+    n_ops = len(session.op_windows_between(None, t))
+    op_totals = (op_accumulator or OpAccumulator()).upto(session.op_windows, id(session), n_ops)
+    paths = op_totals.merged_paths()
     return Snapshot(
         t=t_now,
         t_first=session.t_first,
@@ -127,4 +147,11 @@ def build_snapshot(
         recording_bytes=recording_bytes,
         replay=replay,
         notes=notes,
+        ops=tuple(ops_table(paths)),
+        device_flame=device_flame(paths, stage_filter),
+        gpu=gpu_work(op_totals),
+        allocator=session.allocator_at(t),
+        op_windows=op_totals.windows,
+        op_seconds=op_totals.seconds,
+        op_truncated=op_totals.truncated,
     )

@@ -31,7 +31,11 @@ class Frame:
 
 @dataclass(frozen=True, slots=True)
 class TargetInfo:
-    """What we know about the process under observation."""
+    """What we know about the process under observation.
+
+    A later ``TargetInfo`` for the same pid only fills in: the session keeps known fields where
+    the new one has None (the agent's hello adds the torch version this way).
+    """
 
     pid: int | None
     cmdline: str | None = None
@@ -120,6 +124,95 @@ class StageRules:
     rules: tuple[tuple[str, str], ...]
 
 
+@dataclass(frozen=True, slots=True)
+class OpPath:
+    """Torch ops aggregated by call path (outermost first) in one window.
+
+    A ``cuda`` path ends in the kernel or copy the op launched; its times are device time.
+    """
+
+    names: tuple[str, ...]
+    stage: str
+    device: str  # "cpu" | "cuda"
+    count: int
+    total_us: float
+    self_us: float
+    shapes: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class KernelStat:
+    name: str
+    kind: str  # "compute" | "memory" | "communication"
+    count: int
+    total_us: float
+    min_us: float
+    max_us: float
+
+
+@dataclass(frozen=True, slots=True)
+class MemcpyStat:
+    kind: str  # "HtoD" | "DtoH" | "DtoD" | "HtoH" | "memset"
+    host_memory: str  # "pageable" | "pinned" | "device" | "unknown"
+    count: int
+    bytes: int
+    total_us: float
+
+
+@dataclass(frozen=True, slots=True)
+class SyncStat:
+    name: str
+    count: int
+    total_us: float
+
+
+@dataclass(frozen=True, slots=True)
+class Annotation:
+    """A ``record_function`` range (unix seconds)."""
+
+    name: str
+    tid: int
+    t_start: float
+    t_end: float
+
+
+@dataclass(frozen=True, slots=True)
+class GpuActivity:
+    busy_us: float
+    span_us: float
+    max_gap_us: float
+
+
+@dataclass(frozen=True, slots=True)
+class OpWindow:
+    """One torch.profiler window over [t_start, t_end) (unix s), aggregated; durations in µs."""
+
+    t_start: float
+    t_end: float
+    source: str  # "agent" | "kineto"
+    events: int
+    truncated: bool
+    paths: tuple[OpPath, ...] = ()
+    kernels: tuple[KernelStat, ...] = ()
+    memcpy: tuple[MemcpyStat, ...] = ()
+    syncs: tuple[SyncStat, ...] = ()
+    annotations: tuple[Annotation, ...] = ()
+    gpu: GpuActivity | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AllocatorReading:
+    """The CUDA caching allocator's statistics for one device (bytes)."""
+
+    t: float
+    device: int
+    allocated: int
+    reserved: int
+    peak_allocated: int
+    alloc_retries: int
+    ooms: int
+
+
 Event = Union[
     TargetInfo,
     FrameDef,
@@ -131,4 +224,6 @@ Event = Union[
     TargetExited,
     Marker,
     StageRules,
+    OpWindow,
+    AllocatorReading,
 ]

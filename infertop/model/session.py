@@ -8,14 +8,16 @@ where definition events for the recording come from.
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from infertop.analysis.stages import IDLE, StageClassifier
 from infertop.model.events import (
+    AllocatorReading,
     CollectorStatus,
     Event,
     FrameDef,
     Marker,
+    OpWindow,
     SampleWindow,
     StackDef,
     StageSpan,
@@ -47,7 +49,11 @@ class Session:
     statuses: dict[str, CollectorStatus] = field(default_factory=dict)
     markers: list[Marker] = field(default_factory=list)
     exited: TargetExited | None = None
+    op_windows: list[OpWindow] = field(default_factory=list)  # ordered by t_end
+    allocator: list[AllocatorReading] = field(default_factory=list)  # ordered by t
     _window_ends: list[float] = field(default_factory=list)
+    _op_ends: list[float] = field(default_factory=list)
+    _alloc_ts: list[float] = field(default_factory=list)
 
     # -- building ---------------------------------------------------------------------------
     def intern(self, raw: object) -> list[Event]:
@@ -95,12 +101,35 @@ class Session:
             self.statuses[ev.collector] = ev
         elif isinstance(ev, StageSpan):
             self.spans.append(ev)
+        elif isinstance(ev, OpWindow):
+            i = bisect.bisect_right(self._op_ends, ev.t_end)
+            self._op_ends.insert(i, ev.t_end)
+            self.op_windows.insert(i, ev)
+        elif isinstance(ev, AllocatorReading):
+            i = bisect.bisect_right(self._alloc_ts, ev.t)
+            self._alloc_ts.insert(i, ev.t)
+            self.allocator.insert(i, ev)
         elif isinstance(ev, TargetInfo):
-            self.target = ev
+            self.target = self._merge_target(ev)
         elif isinstance(ev, TargetExited):
             self.exited = ev
         elif isinstance(ev, Marker):
             self.markers.append(ev)
+
+    def _merge_target(self, ev: TargetInfo) -> TargetInfo:
+        """A later TargetInfo for the same pid fills in what was unknown (the agent's torch
+        version, say); its None fields and a zero start keep what is known."""
+        old = self.target
+        if old.pid is not None and ev.pid is not None and ev.pid != old.pid:
+            return ev
+        return replace(
+            old,
+            pid=ev.pid if ev.pid is not None else old.pid,
+            cmdline=ev.cmdline or old.cmdline,
+            python=ev.python or old.python,
+            torch=ev.torch or old.torch,
+            started=ev.started or old.started,
+        )
 
     def stage_of(self, stack_id: int) -> str:
         return self.classifier.stage_of(stack_id, self.symbols.stack_frames(stack_id))
@@ -122,17 +151,38 @@ class Session:
     # -- reading ----------------------------------------------------------------------------
     @property
     def t_first(self) -> float:
-        return self.windows[0].window.t_start if self.windows else self.target.started
+        firsts = [self.windows[0].window.t_start] if self.windows else []
+        if self.op_windows:
+            firsts.append(self.op_windows[0].t_start)
+        return min(firsts) if firsts else self.target.started
 
     @property
     def t_last(self) -> float:
-        return self.windows[-1].window.t_end if self.windows else self.target.started
+        lasts = [self.windows[-1].window.t_end] if self.windows else []
+        if self.op_windows:
+            lasts.append(self.op_windows[-1].t_end)
+        return max(lasts) if lasts else self.target.started
 
     def windows_between(self, t0: float | None, t1: float | None) -> list[WindowSummary]:
         """Windows that end in (t0, t1]; None means open-ended."""
         lo = 0 if t0 is None else bisect.bisect_right(self._window_ends, t0)
         hi = len(self.windows) if t1 is None else bisect.bisect_right(self._window_ends, t1)
         return self.windows[lo:hi]
+
+    def op_windows_between(self, t0: float | None, t1: float | None) -> list[OpWindow]:
+        """Op windows that end in (t0, t1]; None means open-ended."""
+        lo = 0 if t0 is None else bisect.bisect_right(self._op_ends, t0)
+        hi = len(self.op_windows) if t1 is None else bisect.bisect_right(self._op_ends, t1)
+        return self.op_windows[lo:hi]
+
+    def allocator_at(self, t: float | None) -> AllocatorReading | None:
+        """The newest allocator reading taken at or before ``t`` (None: the newest of all)."""
+        if not self.allocator:
+            return None
+        if t is None:
+            return self.allocator[-1]
+        i = bisect.bisect_right(self._alloc_ts, t)
+        return self.allocator[i - 1] if i else None
 
     def spans_between(self, t0: float | None, t1: float | None) -> list[StageSpan]:
         return [

@@ -1,4 +1,4 @@
-"""The ``.infertop`` recording format, version 1.0 (documented in docs/recording-format.md).
+"""The ``.infertop`` recording format, version 1.1 (documented in docs/recording-format.md).
 
     file    = header record*
     header  = b"INFERTOP" u16 major u16 minor          (big-endian)
@@ -16,15 +16,23 @@ import struct
 from typing import Any
 
 from infertop.model.events import (
+    AllocatorReading,
+    Annotation,
     CollectorStatus,
     Event,
     Frame,
     FrameDef,
+    GpuActivity,
+    KernelStat,
     Marker,
+    MemcpyStat,
+    OpPath,
+    OpWindow,
     SampleWindow,
     StackDef,
     StageRules,
     StageSpan,
+    SyncStat,
     TargetExited,
     TargetInfo,
     ThreadDef,
@@ -32,12 +40,13 @@ from infertop.model.events import (
 
 MAGIC = b"INFERTOP"
 MAJOR = 1
-MINOR = 0
+MINOR = 1
 HEADER = struct.Struct(">8sHH")
 RECORD = struct.Struct(">II")
 MAX_RECORD = 256 * 1024 * 1024
 
 TARGET, FRAME, STACK, THREAD, WINDOW, STATUS, SPAN, EXITED, MARKER, RULES = range(1, 11)
+OPS, ALLOCATOR = 11, 12  # added in 1.1
 
 
 def encode_event(ev: Event) -> list[Any]:
@@ -62,6 +71,11 @@ def encode_event(ev: Event) -> list[Any]:
         return [MARKER, ev.t, ev.text, dict(ev.extra)]
     if isinstance(ev, StageRules):
         return [RULES, [[stage, pattern] for stage, pattern in ev.rules]]
+    if isinstance(ev, OpWindow):
+        return encode_op_window(ev)
+    if isinstance(ev, AllocatorReading):
+        return [ALLOCATOR, ev.t, ev.device, ev.allocated, ev.reserved, ev.peak_allocated,
+                ev.alloc_retries, ev.ooms]  # fmt: skip
     raise TypeError(f"cannot encode {type(ev).__name__}")
 
 
@@ -106,4 +120,110 @@ def decode_event(raw: Any) -> Event | None:
         return Marker(float(f[0]), str(f[1]), {str(k): str(v) for k, v in extra.items()})
     if code == RULES:
         return StageRules(tuple((str(r[0]), str(r[1])) for r in f[0]))
+    if code == OPS:
+        return decode_op_window(f)
+    if code == ALLOCATOR:
+        return decode_allocator(f)
     return None
+
+
+# -- 1.1: torch-profiler windows and allocator readings ---------------------------------------
+def encode_op_window(w: OpWindow) -> list[Any]:
+    return [
+        OPS, w.t_start, w.t_end, w.source, w.events, w.truncated,
+        [[list(p.names), p.stage, p.device, p.count, p.total_us, p.self_us, p.shapes]
+         for p in w.paths],
+        [[k.name, k.kind, k.count, k.total_us, k.min_us, k.max_us] for k in w.kernels],
+        [[m.kind, m.host_memory, m.count, m.bytes, m.total_us] for m in w.memcpy],
+        [[y.name, y.count, y.total_us] for y in w.syncs],
+        [[a.name, a.tid, a.t_start, a.t_end] for a in w.annotations],
+        None if w.gpu is None else [w.gpu.busy_us, w.gpu.span_us, w.gpu.max_gap_us],
+    ]  # fmt: skip
+
+
+def _str(x: Any) -> str:
+    if not isinstance(x, str):
+        raise ValueError(f"expected a string, got {type(x).__name__}")
+    return x
+
+
+def _opt_str(x: Any) -> str | None:
+    return None if x is None else _str(x)
+
+
+def _int(x: Any) -> int:
+    if isinstance(x, bool) or not isinstance(x, int):
+        raise ValueError(f"expected an integer, got {type(x).__name__}")
+    return x
+
+
+def _num(x: Any) -> float:
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        raise ValueError(f"expected a number, got {type(x).__name__}")
+    return float(x)
+
+
+def _names(x: Any) -> tuple[str, ...]:
+    if not isinstance(x, list) or not x:
+        raise ValueError("an op path needs a non-empty list of names")
+    return tuple(_str(n) for n in x)
+
+
+def _rows(x: Any, width: int) -> list[list[Any]]:
+    if not isinstance(x, list) or any(not isinstance(r, list) or len(r) < width for r in x):
+        raise ValueError(f"expected a list of rows of {width} fields")
+    return x
+
+
+def _checked(fn: Any, f: list[Any]) -> Any:
+    """Run a decoder; any malformation becomes ValueError (the reader's damaged-record path)."""
+    try:
+        return fn(f)
+    except (TypeError, IndexError, KeyError, AttributeError) as exc:
+        raise ValueError(f"malformed event: {exc}") from None
+
+
+def _decode_allocator(f: list[Any]) -> AllocatorReading:
+    return AllocatorReading(
+        _num(f[0]), _int(f[1]), _int(f[2]), _int(f[3]), _int(f[4]), _int(f[5]), _int(f[6])
+    )
+
+
+def _decode_op_window(f: list[Any]) -> OpWindow:
+    if not isinstance(f[4], bool):
+        raise ValueError("truncated is not a bool")
+    paths = tuple(
+        OpPath(_names(r[0]), _str(r[1]), _str(r[2]), _int(r[3]), _num(r[4]), _num(r[5]),
+               _opt_str(r[6]))
+        for r in _rows(f[5], 7)
+    )  # fmt: skip
+    kernels = tuple(
+        KernelStat(_str(r[0]), _str(r[1]), _int(r[2]), _num(r[3]), _num(r[4]), _num(r[5]))
+        for r in _rows(f[6], 6)
+    )
+    memcpy = tuple(
+        MemcpyStat(_str(r[0]), _str(r[1]), _int(r[2]), _int(r[3]), _num(r[4]))
+        for r in _rows(f[7], 5)
+    )
+    syncs = tuple(SyncStat(_str(r[0]), _int(r[1]), _num(r[2])) for r in _rows(f[8], 3))
+    annotations = tuple(
+        Annotation(_str(r[0]), _int(r[1]), _num(r[2]), _num(r[3])) for r in _rows(f[9], 4)
+    )
+    g = f[10]
+    if g is not None and (not isinstance(g, list) or len(g) < 3):
+        raise ValueError("bad gpu activity")
+    gpu = None if g is None else GpuActivity(_num(g[0]), _num(g[1]), _num(g[2]))
+    return OpWindow(
+        _num(f[0]), _num(f[1]), _str(f[2]), _int(f[3]), f[4],
+        paths, kernels, memcpy, syncs, annotations, gpu,
+    )  # fmt: skip
+
+
+def decode_op_window(f: list[Any]) -> OpWindow:
+    """An op window from its fields (after the code). The rows are laid out exactly as the
+    agent protocol sends them, so the agent client validates its messages with this too."""
+    return _checked(_decode_op_window, f)  # type: ignore[no-any-return]
+
+
+def decode_allocator(f: list[Any]) -> AllocatorReading:
+    return _checked(_decode_allocator, f)  # type: ignore[no-any-return]

@@ -8,6 +8,7 @@ from infertop.analysis.snapshot import Snapshot
 from infertop.analysis.stages import IDLE
 
 REPORT_VERSION = 1
+TOP_OPS = 50
 
 
 def _r(x: float, nd: int = 6) -> float:
@@ -39,6 +40,7 @@ def build_report(snap: Snapshot, source_kind: str, path: str) -> dict[str, Any]:
         )
     nvml = next((s for s in snap.statuses if s.collector == "nvml"), None)
     gpu_available = nvml is not None and nvml.state == "running"
+    gpu_available = gpu_available or snap.gpu is not None or snap.allocator is not None
     reason = None if gpu_available else (nvml.message if nvml else "no GPU readings were collected")
     return {
         "infertop_report": REPORT_VERSION,
@@ -69,16 +71,53 @@ def build_report(snap: Snapshot, source_kind: str, path: str) -> dict[str, Any]:
             }
             for t in snap.top
         ],
-        "ops": [],
-        "gpu": {
-            "available": gpu_available,
-            "reason": reason,
-            "kernel_time_us": {"compute": 0.0, "memory": 0.0, "communication": 0.0},
-            "busy_share": None,
-            "memcpy": [],
-            "memory": None,
+        "ops": _ops(snap),
+        "profiler": {
+            "windows": snap.op_windows,
+            "seconds": _r(snap.op_seconds, 3),
+            "truncated": snap.op_truncated,
         },
+        "gpu": {"available": gpu_available, "reason": reason, **_gpu(snap)},
         "findings": [],
         "target_exited": snap.exited is not None,
         "warnings": list(snap.notes),
+    }
+
+
+def _ops(snap: Snapshot) -> list[dict[str, Any]]:
+    return [
+        {"name": o.name, "device": o.device, "count": o.count, "total_us": _r(o.total_us, 3),
+         "self_us": _r(o.self_us, 3), "stage": o.stage, "mean_us": _r(o.mean_us, 3),
+         "shapes": o.shapes}
+        for o in snap.ops[:TOP_OPS]
+    ]  # fmt: skip
+
+
+def _gpu(snap: Snapshot) -> dict[str, Any]:
+    """Kernel time, busy share and copies from the op windows; memory from the allocator."""
+    g, mem = snap.gpu, snap.allocator
+    kinds = {"compute": 0.0, "memory": 0.0, "communication": 0.0}
+    return {
+        "kernel_time_us": {k: _r(v, 3) for k, v in (g.kernel_time_us if g else kinds).items()},
+        "busy_share": None if g is None or g.busy_share is None else _r(g.busy_share),
+        "max_gap_us": None if g is None or not g.span_us else _r(g.max_gap_us, 3),
+        "memcpy": [
+            {"kind": m.kind, "host_memory": m.host_memory, "count": m.count, "bytes": m.bytes,
+             "total_us": _r(m.total_us, 3), "mean_gbps": _r(m.mean_gbps, 3)}
+            for m in (g.memcpy if g else ())
+        ],  # fmt: skip
+        "syncs": [
+            {"name": y.name, "count": y.count, "total_us": _r(y.total_us, 3)}
+            for y in (g.syncs if g else ())
+        ],
+        "memory": None
+        if mem is None
+        else {
+            "device": mem.device,
+            "allocated": mem.allocated,
+            "reserved": mem.reserved,
+            "peak_allocated": mem.peak_allocated,
+            "alloc_retries": mem.alloc_retries,
+            "ooms": mem.ooms,
+        },
     }

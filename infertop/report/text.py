@@ -21,6 +21,45 @@ def _where(f: dict[str, Any]) -> str:
     return f"{'/'.join(parts[-2:])}:{f['line']}"
 
 
+def _ms(us: float) -> str:
+    return f"{us / 1000:.2f} ms"
+
+
+def _gib(n: int) -> str:
+    return f"{n / (1 << 30):.2f} GiB"
+
+
+def _profiled(rep: dict[str, Any]) -> str:
+    p = rep.get("profiler") or {}
+    cut = f", {p['truncated']} cut short" if p.get("truncated") else ""
+    return f"{p.get('windows', 0)} torch-profiler windows, {p.get('seconds', 0):.1f} s profiled{cut}"
+
+
+def _gpu_lines(g: dict[str, Any]) -> list[str]:
+    """The GPU numbers (kernel time, busy share, copies, memory), one fact a line."""
+    out = []
+    k = g["kernel_time_us"]
+    if any(k.values()):
+        busy = "" if g["busy_share"] is None else f"; busy {100 * g['busy_share']:.1f}% of the profiled span"
+        out.append(
+            f"kernel time: compute {_ms(k['compute'])}, memory {_ms(k['memory'])}, "
+            f"communication {_ms(k['communication'])}{busy}"
+        )
+    for r in g["memcpy"]:
+        out.append(
+            f"{r['kind']:<6} {r['host_memory']:<8} {r['count']:>6}× {r['bytes'] / 1e6:10.2f} MB "
+            f"{_ms(r['total_us']):>11} {r['mean_gbps']:8.2f} GB/s"
+        )
+    m = g.get("memory")
+    if m:
+        out.append(
+            f"memory (cuda:{m['device']}): allocated {_gib(m['allocated'])}, reserved "
+            f"{_gib(m['reserved'])}, peak {_gib(m['peak_allocated'])}, "
+            f"{m['alloc_retries']} allocator retries, {m['ooms']} OOMs"
+        )
+    return out
+
+
 def render_text(rep: dict[str, Any]) -> str:
     t = rep["target"]
     out = [
@@ -48,6 +87,14 @@ def render_text(rep: dict[str, Any]) -> str:
     if rep.get("idle"):
         out.append(f"  (idle: {_pct(rep['idle']['share_of_all'])} of all thread time)")
     out.append("")
+    if rep.get("ops"):
+        out.append(f"top torch ops by self time ({_profiled(rep)}):")
+        for o in rep["ops"][:15]:
+            out.append(
+                f"  {_ms(o['self_us']):>11} self {_ms(o['total_us']):>11} total {o['count']:>7}×  "
+                f"[{o.get('stage', '?')}] [{o['device']}] {o['name'][:80]}"
+            )
+        out.append("")
     out.append("hottest frames (self share):")
     for f in rep["top_frames"][:15]:
         out.append(
@@ -57,6 +104,7 @@ def render_text(rep: dict[str, Any]) -> str:
     out.append("")
     g = rep["gpu"]
     out.append("gpu: " + ("available" if g["available"] else f"not available — {g['reason']}"))
+    out += [f"  {line}" for line in _gpu_lines(g)]
     return "\n".join(out) + "\n"
 
 
@@ -85,6 +133,15 @@ def render_markdown(rep: dict[str, Any]) -> str:
         out.append(
             f"| {st['name']} | {100 * st['share']:.1f}% | {st['seconds']:.2f} | {p50} | {p99} | {st['calls'] or ''} |"
         )
+    if rep.get("ops"):
+        out += ["", "## Top torch ops", "", f"By self time; {_profiled(rep)}.", ""]
+        out += ["| self ms | total ms | calls | mean µs | stage | device | op |", "|---:|---:|---:|---:|---|---|---|"]
+        for o in rep["ops"][:15]:
+            name = o["name"].replace("|", "\\|")
+            out.append(
+                f"| {o['self_us'] / 1000:.2f} | {o['total_us'] / 1000:.2f} | {o['count']} | "
+                f"{o.get('mean_us', 0):.1f} | {o.get('stage', '')} | {o['device']} | `{name}` |"
+            )
     out += ["", "## Hottest frames", "", "| self | total | stage | function | where |", "|---:|---:|---|---|---|"]
     for f in rep["top_frames"][:15]:
         out.append(
@@ -92,5 +149,7 @@ def render_markdown(rep: dict[str, Any]) -> str:
             f"`{f['function']}` | `{_where(f)}` |"
         )
     g = rep["gpu"]
-    out += ["", "## GPU", "", "available" if g["available"] else f"Not available: {g['reason']}", ""]
+    out += ["", "## GPU", "", "available" if g["available"] else f"Not available: {g['reason']}"]
+    out += [f"- {line}" for line in _gpu_lines(g)]
+    out.append("")
     return "\n".join(out)

@@ -21,6 +21,7 @@ from textual.widgets import Footer
 
 from infertop.analysis.snapshot import Snapshot
 from infertop.analysis.stages import IDLE
+from infertop.config import STAGES
 from infertop.tui.ingest import (
     IngestWorker,
     ScaleSpeed,
@@ -34,7 +35,7 @@ from infertop.tui.ingest import (
 from infertop.tui.messages import IngestError, RecordingChanged, SnapshotReady
 from infertop.tui.palette import human_bytes
 from infertop.tui.screens.help import HelpScreen
-from infertop.tui.widgets.flame import FlameList, FlamePanel
+from infertop.tui.widgets.flame import VIEW_TITLES, VIEWS, FlameList, FlamePanel
 from infertop.tui.widgets.stages import StagePanel
 from infertop.tui.widgets.status import StatusLine
 from infertop.tui.widgets.timeline import Timeline
@@ -63,7 +64,13 @@ class InfertopApp(App[None]):
             "s",
             "stage_filter",
             "Stage",
-            "cycle the flame view's stage filter (all, then each stage)",
+            "cycle the lower panel's stage filter (all, then each stage)",
+        ),
+        _b(
+            "o",
+            "cycle_view",
+            "Ops",
+            "lower panel: Python flame → torch-ops flame → ops table (torch.profiler windows)",
         ),
         _b("f", "toggle_flame", "Flame", "flame view only, for more rows (f again: both panels)"),
         _b("question_mark", "help", "Help", "this help", key_display="?"),
@@ -93,6 +100,7 @@ class InfertopApp(App[None]):
         self.displayed: Snapshot | None = None  # the one the panels show (differs while paused)
         self.paused = False
         self.stage_filter: str | None = None
+        self.view = VIEWS[0]  # what the lower panel shows
         self.error: str | None = None
 
     # -- layout -------------------------------------------------------------------------------
@@ -211,16 +219,25 @@ class InfertopApp(App[None]):
         return path
 
     def stage_options(self) -> list[str | None]:
-        """None (all) then each stage with samples in the session, idle excluded (no stacks)."""
+        """None (all) then each stage with samples or torch ops in the session, idle excluded
+        (no stacks): the known stages in pipeline order, then the user's."""
         snap = self.latest
         names = [s.name for s in snap.totals if s.name != IDLE and s.samples] if snap else []
-        return [None, *names]
+        names += sorted({r.stage for r in snap.ops} - set(names) - {IDLE}) if snap else []
+        return [None, *[s for s in STAGES if s in names], *[s for s in names if s not in STAGES]]
 
     def action_stage_filter(self) -> None:
         options = self.stage_options()
         i = options.index(self.stage_filter) if self.stage_filter in options else 0
         self.stage_filter = options[(i + 1) % len(options)]
         self.worker.send(SetStageFilter(self.stage_filter))
+
+    def action_cycle_view(self) -> None:
+        """Python flame → torch-ops flame → ops table → Python flame."""
+        self.view = VIEWS[(VIEWS.index(self.view) + 1) % len(VIEWS)]
+        panel = self.query_one(FlamePanel)
+        panel.border_title = f"{VIEW_TITLES[self.view]} · session"
+        panel.set_view(self.view)
 
     def action_toggle_flame(self) -> None:
         panel = self.query_one(StagePanel)
@@ -233,7 +250,7 @@ class InfertopApp(App[None]):
             if issubclass(cls, InfertopApp):
                 bindings += cls.__dict__.get("BINDINGS", [])
         rows = []
-        for b in [*bindings, *FlameList.BINDINGS]:
+        for b in [*bindings, *FlameList.BINDINGS]:  # the ops table moves with the same keys
             assert isinstance(b, Binding)
             if "," in b.key:
                 keys = " / ".join(KEY_NAMES.get(k, k) for k in b.key.split(","))

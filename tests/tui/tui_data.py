@@ -28,6 +28,7 @@ from infertop.model.session import Session
 from infertop.record.writer import RecordingWriter
 from infertop.tui.widgets.flame import FlamePanel
 from infertop.tui.widgets.timeline import Timeline
+from tests.collect.ops_data import make_allocator, make_op_window
 
 SITE = "/opt/venv/lib/python3.11/site-packages"
 LIB = "/usr/lib/python3.11"
@@ -159,18 +160,37 @@ def make_window(
     return RawSampleWindow(t_start, t_start + window_s, rate_hz, ticks, tuple(rows), 0, 0.0)
 
 
-def write_recording(path: Path, windows: int = 60, exited: bool = False, seed: int = 7) -> Path:
-    """A recording as ``LiveSource`` writes one: a prelude, then each window's events."""
+def write_recording(
+    path: Path,
+    windows: int = 60,
+    exited: bool = False,
+    seed: int = 7,
+    ops: bool = False,
+    agent: CollectorStatus | None = None,
+) -> Path:
+    """A recording as ``LiveSource`` writes one: a prelude, then each window's events.
+
+    ``ops``: the agent is attached too: a torch-profiler window (0.5 s) every 10 s and an
+    allocator reading each second. ``agent``: a status for the agent (e.g. unavailable)."""
     rng = random.Random(seed)
     session = Session()
     writer = RecordingWriter(str(path))
     t0 = TARGET.started
     session.apply(TARGET)
     status = CollectorStatus(t0, "py-spy", "running", "100 Hz, all threads")
-    writer.write([TARGET, status, Marker(t0, "recording started")])
+    prelude: list[Event] = [TARGET, status, Marker(t0, "recording started")]
+    if ops:
+        prelude.append(CollectorStatus(t0, "agent", "running", "torch.profiler 0.5 s every 10 s"))
+    if agent is not None:
+        prelude.append(agent)
+    writer.write(prelude)
     for i in range(windows):
         raw = make_window(rng, t0 + i, 1.0, phase=min(1.0, i / max(1, windows - 1)))
         batch: list[Event] = list(session.intern(raw))
+        if ops:
+            batch.append(make_allocator(t0 + i + 0.5, i))
+            if i % 10 == 1:
+                batch.append(make_op_window(rng, t0 + i + 0.2))
         for k in range(8):  # eight forward calls a second, with real-looking latencies
             start = t0 + i + k * 0.12
             batch.append(StageSpan(MAIN_TID, "forward", start, start + rng.gauss(0.045, 0.01)))

@@ -9,9 +9,11 @@ from hypothesis import strategies as st
 
 from infertop.errors import BadInputFile
 from infertop.model.events import (
+    AllocatorReading,
     CollectorStatus,
     Frame,
     FrameDef,
+    OpWindow,
     SampleWindow,
     StackDef,
     StageRules,
@@ -48,7 +50,7 @@ def test_round_trip_is_exact(tmp_path) -> None:
     p = str(tmp_path / "a.infertop")
     write(p, [EVENTS[:7], EVENTS[7:]])
     rec = read_recording(p)
-    assert rec.events == EVENTS and rec.warning is None and rec.version == (1, 0)
+    assert rec.events == EVENTS and rec.warning is None and rec.version == (1, 1)
 
 
 def test_truncated_file_reads_up_to_the_damage(tmp_path) -> None:
@@ -125,3 +127,125 @@ def test_crc_valid_but_malformed_payload_is_a_warning() -> None:
 
 def test_header_layout_is_stable() -> None:
     assert HEADER.pack(MAGIC, 1, 0) == b"INFERTOP" + struct.pack(">HH", 1, 0)
+
+
+# -- 1.1: op windows and allocator readings ---------------------------------------------------
+def _op_events() -> list:
+    import random
+
+    from tests.collect.ops_data import make_allocator, make_op_window
+
+    rng = random.Random(5)
+    cpu_only = make_op_window(rng, 1010.0, gpu=False)
+    truncated = OpWindow(1020.0, 1020.5, "kineto", 200_000, True)  # nothing but the header
+    return [
+        make_op_window(rng, 1000.0),
+        make_allocator(1000.7),
+        cpu_only,
+        truncated,
+        AllocatorReading(1021.0, 1, 0, 0, 0, 3, 1),
+    ]
+
+
+def test_op_windows_and_allocator_readings_round_trip(tmp_path) -> None:
+    p = str(tmp_path / "ops.infertop")
+    ops = _op_events()
+    write(p, [EVENTS, ops[:2], ops[2:]])
+    rec = read_recording(p)
+    assert rec.warning is None and rec.events == EVENTS + ops
+    w = rec.events[len(EVENTS)]
+    assert isinstance(w, OpWindow) and w.paths and w.kernels and w.memcpy and w.gpu is not None
+    assert all(isinstance(p.names, tuple) for p in w.paths)
+
+
+def test_unknown_codes_are_skipped_by_this_reader() -> None:
+    from infertop.record.format import decode_event
+
+    assert decode_event([99, "from", "the", "future"]) is None
+
+
+def _bad_op_fields():
+    """(description, op window event with one field broken)."""
+    from infertop.record.format import encode_event
+
+    good = encode_event(_op_events()[0])
+    cases = {
+        "t_start is a string": (1, "noon"),
+        "truncated is an int": (5, 1),
+        "paths is a dict": (6, {}),
+        "a path's names are a string": (6, [["aten::mm", "forward", "cpu", 1, 1.0, 1.0, None]]),
+        "a path row is short": (6, [[["aten::mm"], "forward", "cpu"]]),
+        "a path's count is a float": (6, [[["aten::mm"], "forward", "cpu", 1.5, 1.0, 1.0, None]]),
+        "an empty name list": (6, [[[], "forward", "cpu", 1, 1.0, 1.0, None]]),
+        "a kernel's kind is None": (7, [["k", None, 1, 1.0, 1.0, 1.0]]),
+        "memcpy bytes are a string": (8, [["HtoD", "pinned", 1, "8", 1.0]]),
+        "a sync is short": (9, [["cudaStreamSynchronize", 1]]),
+        "an annotation's tid is None": (10, [["a", None, 1.0, 2.0]]),
+        "gpu is a number": (11, 3.0),
+        "gpu is short": (11, [1.0, 2.0]),
+    }
+    for what, (i, value) in cases.items():
+        ev = list(good)
+        ev[i] = value
+        yield what, ev
+    yield "cut short", good[:6]
+    yield "allocator with a string", [12, 1.0, 0, "1", 2, 3, 0, 0]
+    yield "allocator cut short", [12, 1.0, 0]
+
+
+@pytest.mark.parametrize(("what", "event"), list(_bad_op_fields()))
+def test_malformed_op_events_are_a_damaged_record(what: str, event: list) -> None:
+    import msgpack
+    import zlib
+
+    from infertop.record.format import RECORD, decode_event
+
+    with pytest.raises(ValueError):
+        decode_event(event)
+    good = msgpack.packb([encode(e) for e in EVENTS])
+    bad = msgpack.packb([event])
+    data = HEADER.pack(MAGIC, 1, 1)
+    for payload in (good, bad):
+        data += RECORD.pack(len(payload), zlib.crc32(payload)) + payload
+    rec = parse_recording(data)
+    assert rec.events == EVENTS and "malformed" in (rec.warning or "")
+
+
+def encode(e):
+    from infertop.record.format import encode_event
+
+    return encode_event(e)
+
+
+_junk = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.data())
+def test_fuzzed_op_events_decode_or_raise_value_error(data) -> None:
+    from infertop.record.format import decode_event
+
+    ev = encode(data.draw(st.sampled_from(_op_events())))
+    # replace one field, or one field of one row, with junk
+    i = data.draw(st.integers(1, len(ev) - 1))
+    if isinstance(ev[i], list) and ev[i] and data.draw(st.booleans()):
+        row = data.draw(st.integers(0, len(ev[i]) - 1))
+        if isinstance(ev[i][row], list) and ev[i][row]:
+            ev[i] = [list(r) for r in ev[i]]
+            j = data.draw(st.integers(0, len(ev[i][row]) - 1))
+            ev[i][row][j] = data.draw(_junk)
+        else:
+            ev[i] = [*ev[i][:row], data.draw(_junk), *ev[i][row + 1 :]]
+    else:
+        ev[i] = data.draw(_junk)
+    if data.draw(st.booleans()):
+        ev = ev[: data.draw(st.integers(1, len(ev)))]
+    try:
+        out = decode_event(ev)
+    except ValueError:
+        return
+    assert isinstance(out, (OpWindow, AllocatorReading))

@@ -20,7 +20,11 @@ READING = (
     "its share over the whole session, and its history (one cell per sample window). "
     "Idle is a share of all samples.\n"
     "Flame: total% / self% are shares of all samples shown (under the stage filter); "
-    "the bar is the share of the zoomed frame. Frames under 0.5% are hidden."
+    "the bar is the share of the zoomed frame. Frames under 0.5% are hidden.\n"
+    "o switches the lower panel. Torch-ops flame: torch ops → child ops → the kernels and "
+    "copies they launched, weighted in µs (an op's CPU self time, a kernel's GPU time) over "
+    "the agent's torch.profiler windows. Ops table: each op or kernel per stage, by self time. "
+    "The stage filter (s) applies to all three."
 )
 
 

@@ -3,6 +3,10 @@
 Each row is a frame: a bar (its share of the zoomed root), total %, self % (of every sample
 shown, under the stage filter), then the function indented by depth, and file:line. The zoom
 is a frame path, so it survives new snapshots; if the path disappears the view goes to the root.
+
+The same list draws the torch-ops flame (``mode = "ops"``: ops → child ops → kernels, in µs,
+from the agent's profiler windows). ``FlamePanel`` is the lower panel: the Python flame, the
+torch-ops flame or the ops table (``VIEWS``), under one header line.
 """
 
 from __future__ import annotations
@@ -23,13 +27,17 @@ from textual.strip import Strip
 from textual.widgets import Static
 
 from infertop.analysis.flame import FlameNode
+from infertop.analysis.ops import DEVICE_FILE
 from infertop.analysis.snapshot import Snapshot
 from infertop.model.events import Frame
 from infertop.tui.palette import bar, stage_color
+from infertop.tui.widgets.ops import OpsTable, no_ops_reason, short_name, visible_rows
 
 MIN_SHARE = 0.005  # rows under 0.5 % of the zoomed root are left out
 MAX_INDENT = 24
 NUMBERS_W = 14  # " 45.2%  12.0% "
+VIEWS = ("python", "ops", "table")  # what ``o`` cycles through
+VIEW_TITLES = {"python": "flame", "ops": "torch ops", "table": "ops"}
 
 
 @dataclass(frozen=True)
@@ -102,20 +110,35 @@ class FlameList(ScrollView, can_focus=True, inherit_bindings=False):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.snapshot: Snapshot | None = None
+        self.mode = "python"  # or "ops": the torch-ops flame
         self.zoom: list[Frame] = []
         self.rows: list[FlameRow] = []
         self.cursor = 0
         self._cursor_path: list[Frame] | None = None
         self.zoom_node: FlameNode | None = None
+        self._saved: dict[str, tuple[list[Frame], list[Frame] | None]] = {}
 
     # -- data -------------------------------------------------------------------------------
     def show(self, snapshot: Snapshot) -> None:
         self.snapshot = snapshot
         self._rebuild()
 
+    def set_mode(self, mode: str) -> None:
+        """Switch between the Python and the torch-ops flame; each keeps its own zoom."""
+        if mode == self.mode:
+            return
+        self._saved[self.mode] = (self.zoom, self._cursor_path)
+        self.mode = mode
+        self.zoom, self._cursor_path = self._saved.get(mode, ([], None))
+        self.cursor = 0
+        self.scroll_to(y=0, animate=False, immediate=True)
+        self._rebuild()
+
     @property
     def root(self) -> FlameNode | None:
-        return self.snapshot.flame if self.snapshot is not None else None
+        if self.snapshot is None:
+            return None
+        return self.snapshot.device_flame if self.mode == "ops" else self.snapshot.flame
 
     @property
     def selected(self) -> FlameNode | None:
@@ -197,18 +220,26 @@ class FlameList(ScrollView, can_focus=True, inherit_bindings=False):
         if not self.rows:
             if y != 0:
                 return Strip.blank(width)
-            root = self.root
-            text = (
-                "waiting for samples…"
-                if root is None or self.snapshot is None or self.snapshot.samples == 0
-                else f"no samples in stage {self.snapshot.stage_filter}"
-                if self.snapshot.stage_filter
-                else "no Python stacks yet"
-            )
+            text = self.empty_text()
             return Strip([Segment(text, Style(dim=True, italic=True))]).adjust_cell_length(width)
         if index >= len(self.rows):
             return Strip.blank(width)
         return self._render_row(self.rows[index], index == self.cursor, width)
+
+    def empty_text(self) -> str:
+        """The one line shown when there are no rows."""
+        snap = self.snapshot
+        if self.mode == "ops":
+            reason = no_ops_reason(snap)
+            if reason is not None:
+                return reason
+            stage = snap.stage_filter if snap is not None else None
+            return f"no torch ops in stage {stage}" if stage else "no torch ops"
+        if self.root is None or snap is None or snap.samples == 0:
+            return "waiting for samples…"
+        if snap.stage_filter:
+            return f"no samples in stage {snap.stage_filter}"
+        return "no Python stacks yet"
 
     def _render_row(self, row: FlameRow, selected: bool, width: int) -> Strip:
         node, root, zoom = row.node, self.root, self.zoom_node
@@ -225,33 +256,66 @@ class FlameList(ScrollView, can_focus=True, inherit_bindings=False):
         self_pct = node.self_count / root.total * 100 if root.total else 0.0
         indent = "·" * row.depth if row.depth <= MAX_INDENT else "…" + "·" * (MAX_INDENT - 1)
         frame = node.frame
+        numbers = f"{total_pct:6.1f}%{self_pct:6.1f}%  "
+        if self.mode == "ops":  # µs: the time and the device go before the (long) name
+            device = frame.file == DEVICE_FILE
+            numbers += f"{node.total / 1000:9.2f} ms {'gpu' if device else 'cpu'}  "
+            room = width - len(filled) - len(empty) - len(numbers) - len(indent)
+            name, where = short_name(frame.function, max(8, room)), ""
+        else:
+            device, name = False, frame.function
+            where = f"  {frame.short_file}:{frame.line}"
         segments = [
             Segment(filled, base + Style(color=color)),
             Segment(empty, base + Style(bgcolor="#262626" if not selected else None)),
-            Segment(f"{total_pct:6.1f}%{self_pct:6.1f}%  ", base + Style(bold=selected)),
+            Segment(numbers, base + Style(bold=selected)),
             Segment(indent, base + Style(color="#4e4e4e")),
-            Segment(frame.function, base + Style(color=color, bold=True)),
-            Segment(f"  {frame.short_file}:{frame.line}", base + Style(color="#8a8a8a")),
+            Segment(name, base + Style(color=color, bold=not device, italic=device)),
+            Segment(where, base + Style(color="#8a8a8a")),
         ]
         return Strip(segments).crop(0, width).extend_cell_length(width, base)
 
 
 class FlamePanel(Vertical):
-    """The flame list under a header bar: the stage filter and the zoom breadcrumb."""
+    """The lower panel under a header bar: the Python flame, the torch-ops flame or the ops
+    table (``view``), with the stage filter and, for the flames, the zoom breadcrumb."""
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.view = "python"
 
     def compose(self) -> ComposeResult:
         yield Static(id="flame-header")
         yield FlameList(id="flame-list")
+        yield OpsTable(id="ops-table")
 
     def on_mount(self) -> None:
+        self.ops_table.display = False
         self._update_header()
 
     @property
     def flame_list(self) -> FlameList:
         return self.query_one(FlameList)
 
+    @property
+    def ops_table(self) -> OpsTable:
+        return self.query_one(OpsTable)
+
     def show(self, snapshot: Snapshot) -> None:
         self.flame_list.show(snapshot)
+        self.ops_table.show(snapshot)
+        self._update_header()
+
+    def set_view(self, view: str) -> None:
+        """Show ``view`` (one of ``VIEWS``) and give it the focus."""
+        self.view = view
+        table = view == "table"
+        self.flame_list.display = not table
+        self.ops_table.display = table
+        if not table:
+            self.flame_list.set_mode(view)
+        (self.ops_table if table else self.flame_list).focus()
+        self._update_header()
 
     def on_flame_list_zoom_changed(self, event: FlameList.ZoomChanged) -> None:
         event.stop()
@@ -261,11 +325,23 @@ class FlamePanel(Vertical):
         self._update_header()
 
     def header_text(self, width: int) -> str:
-        """``stage: all  ·  path: all › main › forward (12.3%)``, fitted to ``width``."""
+        """``Python  ·  stage: all  ·  path: all › main › forward (12.3%)``, fitted to
+        ``width``; the first words say which view this is."""
         flame = self.flame_list
         snap = flame.snapshot
-        stage = snap.stage_filter if snap is not None else None
-        head = f"stage: {stage or 'all'}  ·  path: "
+        stage = f"stage: {snap.stage_filter if snap and snap.stage_filter else 'all'}"
+        if self.view == "table":
+            parts = ["ops table by self time", stage, f"{len(visible_rows(snap))} rows"]
+            if snap is not None and snap.op_windows:
+                parts.append(f"{snap.op_windows} windows, {snap.op_seconds:.1f} s profiled")
+            text = "  ·  ".join(parts)
+            return text if len(text) <= width else text[: max(1, width - 1)] + "…"
+        if self.view == "ops":
+            head = "torch ops, µs (op CPU + kernel GPU)  ·  "
+            head = head if len(head) + 40 <= width else "torch ops µs  ·  "
+        else:
+            head = "Python  ·  "
+        head += f"{stage}  ·  path: "
         zoom, root = flame.zoom_node, flame.root
         share = ""
         if flame.zoom and zoom is not None and root is not None and root.total:

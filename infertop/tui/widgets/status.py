@@ -162,11 +162,17 @@ class StatusLine(Widget):
                 short.append(f" {name} {value}", style=style)
         parts.append((2, full, short))
         parts.append((3, Text(f"{snap.samples:,} samples"), Text(f"{snap.samples:,} smp")))
+        n = snap.op_windows
         for st in snap.statuses:
             message = st.message.removeprefix(f"{st.collector}: ")
             short = Text(f"{st.collector}: ").append(st.state, style=STATE_STYLES.get(st.state, ""))
             full = short.copy()
             if message:
                 full.append(f" {message}", style="dim")
+            if st.collector == "agent" and n:
+                full.append(f" · {n:,} op windows")
+                short.append(f" · {n:,} win")
             parts.append((1, full, short))
+        if n and not any(st.collector == "agent" for st in snap.statuses):
+            parts.append((3, Text(f"{n:,} op windows"), Text(f"{n:,} win")))
         return fit(parts, width)

@@ -1,0 +1,230 @@
+"""Torch ops, kernels and copies over torch-profiler windows: tables and the device flame.
+
+Windows are merged once (``OpTotals``, incrementally by ``OpAccumulator``), then read as:
+an ops table ranked by self time, a flame tree per stage (torch op → child ops → the kernels
+and copies it launched, weighted in µs) and GPU summary numbers for the report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from infertop.analysis.flame import FlameNode
+from infertop.model.events import Frame, KernelStat, OpPath, OpWindow, SyncStat
+
+KINDS = ("compute", "memory", "communication")
+DEVICE_FILE = "cuda"  # ``Frame.file`` of a kernel/copy leaf in the device flame ("" for ops)
+
+PathKey = tuple[tuple[str, ...], str, str, "str | None"]  # names, stage, device, shapes
+
+
+@dataclass(frozen=True, slots=True)
+class OpRow:
+    """One line of the ops table: an op (or kernel) name in one stage, on one device."""
+
+    name: str
+    device: str
+    stage: str
+    count: int
+    total_us: float
+    self_us: float
+    shapes: str | None = None  # the shapes that took the most self time, if recorded
+
+    @property
+    def mean_us(self) -> float:
+        return self.total_us / self.count if self.count else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class MemcpyRow:
+    kind: str
+    host_memory: str
+    count: int
+    bytes: int
+    total_us: float
+
+    @property
+    def mean_gbps(self) -> float:
+        return self.bytes / self.total_us / 1e3 if self.total_us > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class GpuWork:
+    """Device work over the windows: kernel time by kind, copies, syncs, busy time."""
+
+    kernel_time_us: dict[str, float]
+    kernels: tuple[KernelStat, ...]  # merged, by total time
+    memcpy: tuple[MemcpyRow, ...]
+    syncs: tuple[SyncStat, ...]
+    busy_us: float
+    span_us: float
+    max_gap_us: float
+
+    @property
+    def busy_share(self) -> float | None:
+        return self.busy_us / self.span_us if self.span_us > 0 else None
+
+
+class OpTotals:
+    """Op windows merged: per call path, kernel, copy kind and sync. Grows with ``add``."""
+
+    def __init__(self) -> None:
+        self.windows = 0
+        self.truncated = 0
+        self.seconds = 0.0  # profiled wall time
+        self.paths: dict[PathKey, list[float]] = {}  # [count, total_us, self_us]
+        self.kernels: dict[tuple[str, str], list[float]] = {}  # [count, total, min, max]
+        self.memcpy: dict[tuple[str, str], list[float]] = {}  # [count, bytes, total]
+        self.syncs: dict[str, list[float]] = {}  # [count, total]
+        self.busy_us = self.span_us = self.max_gap_us = 0.0
+
+    def add(self, w: OpWindow) -> None:
+        self.windows += 1
+        self.truncated += bool(w.truncated)
+        self.seconds += max(0.0, w.t_end - w.t_start)
+        for p in w.paths:
+            acc = self.paths.setdefault((p.names, p.stage, p.device, p.shapes), [0, 0.0, 0.0])
+            acc[0] += p.count
+            acc[1] += p.total_us
+            acc[2] += p.self_us
+        for k in w.kernels:
+            kacc = self.kernels.get((k.name, k.kind))
+            if kacc is None:
+                self.kernels[(k.name, k.kind)] = [k.count, k.total_us, k.min_us, k.max_us]
+            else:
+                kacc[0] += k.count
+                kacc[1] += k.total_us
+                kacc[2] = min(kacc[2], k.min_us)
+                kacc[3] = max(kacc[3], k.max_us)
+        for m in w.memcpy:
+            macc = self.memcpy.setdefault((m.kind, m.host_memory), [0, 0, 0.0])
+            macc[0] += m.count
+            macc[1] += m.bytes
+            macc[2] += m.total_us
+        for y in w.syncs:
+            yacc = self.syncs.setdefault(y.name, [0, 0.0])
+            yacc[0] += y.count
+            yacc[1] += y.total_us
+        if w.gpu is not None:
+            self.busy_us += w.gpu.busy_us
+            self.span_us += w.gpu.span_us
+            self.max_gap_us = max(self.max_gap_us, w.gpu.max_gap_us)
+
+    def merged_paths(self) -> list[OpPath]:
+        return [
+            OpPath(names, stage, device, int(c), total, self_us, shapes)
+            for (names, stage, device, shapes), (c, total, self_us) in self.paths.items()
+        ]
+
+
+def merge_windows(windows: Iterable[OpWindow]) -> OpTotals:
+    totals = OpTotals()
+    for w in windows:
+        totals.add(w)
+    return totals
+
+
+class OpAccumulator:
+    """``OpTotals`` over op windows [0, n) of a session, extended while the range only grows."""
+
+    def __init__(self) -> None:
+        self.totals = OpTotals()
+        self.n = 0
+        self._session = 0
+        self._last: OpWindow | None = None  # window n-1 when last extended
+
+    def upto(self, windows: list[OpWindow], session_id: int, n: int) -> OpTotals:
+        stale = (
+            session_id != self._session
+            or n < self.n
+            or (self.n > 0 and windows[self.n - 1] is not self._last)
+        )
+        if stale:
+            self.totals, self.n = OpTotals(), 0
+        for w in windows[self.n : n]:
+            self.totals.add(w)
+        self.n, self._session = n, session_id
+        self._last = windows[n - 1] if n else None
+        return self.totals
+
+
+def ops_table(paths: Iterable[OpPath], stage_filter: str | None = None) -> list[OpRow]:
+    """Rows per (op or kernel name, device, stage), by self time. An op nested in itself
+    counts its total once (its outer call's total already holds the inner one)."""
+    rows: dict[tuple[str, str, str], list[float]] = {}
+    shapes: dict[tuple[str, str, str], dict[str, float]] = {}
+    for p in paths:
+        if stage_filter is not None and p.stage != stage_filter:
+            continue
+        name = p.names[-1]
+        key = (name, p.device, p.stage)
+        acc = rows.setdefault(key, [0, 0.0, 0.0])
+        acc[0] += p.count
+        acc[1] += 0.0 if name in p.names[:-1] else p.total_us
+        acc[2] += p.self_us if p.device == "cpu" else max(p.self_us, p.total_us)
+        if p.shapes:
+            per = shapes.setdefault(key, {})
+            per[p.shapes] = per.get(p.shapes, 0.0) + p.self_us
+    out = []
+    for key, (c, total, self_us) in rows.items():
+        per = shapes.get(key)
+        top = max(per.items(), key=lambda kv: kv[1])[0] if per else None
+        out.append(OpRow(key[0], key[1], key[2], int(c), total, self_us, top))
+    out.sort(key=lambda r: (-r.self_us, r.name, r.stage))
+    return out
+
+
+def device_flame(paths: Iterable[OpPath], stage_filter: str | None = None) -> FlameNode:
+    """Op call paths as a flame tree in whole µs: ops weigh their CPU self time, the kernels
+    and copies they launched (leaves, ``Frame.file`` = ``"cuda"``) their device time."""
+    root = FlameNode(None)
+    for p in paths:
+        if stage_filter is not None and p.stage != stage_filter:
+            continue
+        weight = round(p.self_us if p.device == "cpu" else max(p.self_us, p.total_us))
+        if weight <= 0 or not p.names:
+            continue
+        node = root
+        _add(node, p.stage, weight)
+        last = len(p.names) - 1
+        for i, name in enumerate(p.names):
+            frame = Frame(name, DEVICE_FILE if p.device != "cpu" and i == last else "", 0)
+            child = node.children.get(frame)
+            if child is None:
+                child = node.children[frame] = FlameNode(frame, node)
+            _add(child, p.stage, weight)
+            node = child
+        node.self_count += weight
+    return root
+
+
+def _add(node: FlameNode, stage: str, weight: int) -> None:
+    node.total += weight
+    node.stages[stage] = node.stages.get(stage, 0) + weight
+
+
+def gpu_work(totals: OpTotals) -> GpuWork | None:
+    """None when the windows saw no device work at all (a CPU-only target)."""
+    if not (totals.kernels or totals.memcpy or totals.syncs or totals.span_us):
+        return None
+    by_kind = dict.fromkeys(KINDS, 0.0)
+    for (_name, kind), (_c, total, _lo, _hi) in totals.kernels.items():
+        k = kind if kind in by_kind else "compute"
+        by_kind[k] += total
+    kernels = sorted(
+        (KernelStat(n, k, int(c), t, lo, hi) for (n, k), (c, t, lo, hi) in totals.kernels.items()),
+        key=lambda s: (-s.total_us, s.name),
+    )
+    memcpy = sorted(
+        (MemcpyRow(k, h, int(c), int(b), t) for (k, h), (c, b, t) in totals.memcpy.items()),
+        key=lambda m: (-m.total_us, m.kind, m.host_memory),
+    )
+    syncs = sorted(
+        (SyncStat(n, int(c), t) for n, (c, t) in totals.syncs.items()),
+        key=lambda s: (-s.total_us, s.name),
+    )
+    return GpuWork(
+        by_kind, tuple(kernels), tuple(memcpy), tuple(syncs),
+        totals.busy_us, totals.span_us, totals.max_gap_us,
+    )  # fmt: skip

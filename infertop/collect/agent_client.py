@@ -1,0 +1,371 @@
+"""The in-process agent's client: torch-profiler windows, stage spans and allocator readings.
+
+Speaks docs/agent-protocol.md over the agent's Unix socket, on its own thread: connect, hello,
+configure, start, then read pushed messages until ``stop`` (which sends ``detach``). Messages
+become events: ``window`` → ``OpWindow``, ``spans`` → ``StageSpan``, ``allocator`` →
+``AllocatorReading``, ``hello`` → a ``TargetInfo`` that adds the torch version, ``status`` and
+every failure → ``CollectorStatus(collector="agent")``. Nothing here raises out of ``poll``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import socket
+import stat
+import struct
+import threading
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+from infertop.model.events import CollectorStatus, Event, OpWindow, StageSpan, TargetInfo
+from infertop.record.format import decode_allocator, decode_op_window
+
+PROTOCOL = 1
+MAX_FRAME = 16 * 1024 * 1024
+LENGTH = struct.Struct(">I")
+STATES = ("running", "stopped", "unavailable", "failed")
+#: the agent's own status states that mean "no windows will come"; any other is "running"
+NO_WINDOWS = {"no-profiler": "unavailable", "profiler-busy": "unavailable"}
+TICK_S = 0.2  # how often the reader looks at the stop flag
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """What the client asks the agent for (``configure``). Defaults are provisional."""
+
+    window_s: float = 0.5  # length of one torch.profiler window
+    period_s: float = 10.0  # a window starts every this many seconds
+    record_shapes: bool = False
+    max_events: int = 200_000  # a window is cut short (``truncated``) past this many events
+    stage_functions: tuple[tuple[str, str], ...] = ()  # (stage, pattern), timed by the agent
+
+    def message(self) -> dict[str, Any]:
+        return {
+            "v": PROTOCOL,
+            "cmd": "configure",
+            "window_s": self.window_s,
+            "period_s": self.period_s,
+            "record_shapes": self.record_shapes,
+            "max_events": self.max_events,
+            "stage_functions": [[s, p] for s, p in self.stage_functions],
+        }
+
+
+def socket_path(pid: int, uid: int | None = None) -> str:
+    """Where the agent of ``pid`` listens; ``uid`` defaults to the owner of the process."""
+    if uid is None:
+        try:
+            uid = os.stat(f"/proc/{pid}").st_uid
+        except OSError:
+            uid = os.geteuid()
+    return f"/tmp/infertop-{uid}/agent-{pid}.sock"
+
+
+def check_socket(path: str) -> tuple[str, str] | None:
+    """(state, why) when the socket must not be used: missing, or in a directory that someone
+    else could have planted it in (not 0700, or owned by another user); None when it is fine."""
+    directory = os.path.dirname(path) or "."
+    try:
+        d = os.lstat(directory)
+        s = os.lstat(path)
+    except FileNotFoundError:
+        return "unavailable", f"no agent socket at {path} (no agent in the target)"
+    except OSError as exc:
+        return "failed", f"cannot look at {path}: {exc.strerror or exc}"
+    me = os.geteuid()
+    if not stat.S_ISDIR(d.st_mode):
+        return "failed", f"refusing {directory}: not a directory"
+    if d.st_mode & 0o077:
+        return "failed", f"refusing {directory}: mode {d.st_mode & 0o777:o}, not 700"
+    if me != 0 and d.st_uid != me:
+        return "failed", f"refusing {directory}: it belongs to uid {d.st_uid}, not to you"
+    if not stat.S_ISSOCK(s.st_mode) or s.st_uid != d.st_uid:
+        return "failed", f"refusing {path}: not a socket of the directory's owner"
+    return None
+
+
+# -- framing ----------------------------------------------------------------------------------
+def encode_frame(obj: dict[str, Any]) -> bytes:
+    body = json.dumps(obj, separators=(",", ":")).encode()
+    return LENGTH.pack(len(body)) + body
+
+
+class FrameReader:
+    """Reassembles frames (u32 big-endian length, UTF-8 JSON object) from stream chunks.
+
+    A frame over the limit, or one that is not a JSON object, breaks the stream: ``error``
+    says why, and the frames before it are still returned.
+    """
+
+    def __init__(self, limit: int = MAX_FRAME) -> None:
+        self.limit = limit
+        self.error: str | None = None
+        self._buf = bytearray()
+
+    @property
+    def mid_frame(self) -> bool:
+        return bool(self._buf)
+
+    def feed(self, data: bytes) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        if self.error is not None:
+            return out
+        self._buf += data
+        while len(self._buf) >= LENGTH.size:
+            (n,) = LENGTH.unpack_from(self._buf)
+            if n > self.limit:
+                self.error = f"a {n:,}-byte message (the limit is {self.limit:,})"
+                break
+            if len(self._buf) < LENGTH.size + n:
+                break
+            body = bytes(self._buf[LENGTH.size : LENGTH.size + n])
+            del self._buf[: LENGTH.size + n]
+            try:
+                obj = json.loads(body.decode("utf-8"))
+            except (UnicodeDecodeError, ValueError) as exc:
+                self.error = f"a message that is not JSON ({exc})"
+                break
+            if not isinstance(obj, dict):
+                self.error = "a message that is not a JSON object"
+                break
+            out.append(obj)
+        return out
+
+
+# -- messages → events ------------------------------------------------------------------------
+def convert(msg: dict[str, Any]) -> list[Event]:
+    """Events for one pushed message; [] for types this client does not know (protocol: new
+    types may appear). Raises ValueError (or TypeError, KeyError) when a known one is malformed."""
+    kind = msg.get("type")
+    if kind == "window":
+        gpu = msg.get("gpu")
+        fields = [
+            msg["t_start"], msg["t_end"], "agent", msg["events"], msg["truncated"],
+            msg["paths"], msg["kernels"], msg["memcpy"], msg["syncs"], msg["annotations"],
+            None if gpu is None else [gpu["busy_us"], gpu["span_us"], gpu["max_gap_us"]],
+        ]  # fmt: skip
+        return [decode_op_window(fields)]
+    if kind == "spans":
+        spans = msg["spans"]
+        if not isinstance(spans, list):
+            raise ValueError("spans is not a list")
+        return [StageSpan(int(r[0]), str(r[1]), float(r[2]), float(r[3])) for r in spans]
+    if kind == "allocator":
+        keys = ("t", "device", "allocated", "reserved", "peak_allocated", "alloc_retries", "ooms")
+        return [decode_allocator([msg[k] for k in keys])]
+    if kind == "status":
+        state = str(msg.get("state", "running"))
+        state = state if state in STATES else NO_WINDOWS.get(state, "running")
+        return [CollectorStatus(time.time(), "agent", state, str(msg["message"]))]
+    return []
+
+
+def hello_events(msg: dict[str, Any], target: TargetInfo | None = None) -> list[Event]:
+    """The agent's hello: ``target`` with the torch version added (without a target, a
+    ``TargetInfo`` with only torch set, which the session merges), and a running status.
+    The agent's own pid is not used: in a container it differs from the one we attached to."""
+    torch = msg.get("torch")
+    torch = torch if isinstance(torch, str) else None
+    info = replace(target, torch=torch or target.torch) if target else TargetInfo(None, torch=torch)
+    agent = msg.get("agent")
+    what = f"agent {agent}" if isinstance(agent, str) else "agent"
+    what += f", torch {info.torch}" if info.torch else ", no torch in the target"
+    what += ", CUDA" if msg.get("cuda") is True else ""
+    return [info, CollectorStatus(time.time(), "agent", "running", f"{what}: starting")]
+
+
+class _Ended(Exception):
+    """The session with the agent is over: (state, message) for the status line."""
+
+    def __init__(self, state: str, message: str) -> None:
+        super().__init__(message)
+        self.state = state
+        self.message = message
+
+
+class AgentCollector:
+    """Client of one target's agent socket; a collector (start / poll / stop)."""
+
+    name = "agent"
+
+    def __init__(
+        self,
+        socket_path: str,
+        config: AgentConfig | None = None,
+        *,
+        target: TargetInfo | None = None,
+        client: str = "infertop",
+        reply_timeout: float = 5.0,
+    ) -> None:
+        self.socket_path = socket_path
+        self.config = config or AgentConfig()
+        self.target = target  # the TargetInfo known at attach, re-emitted with torch filled in
+        self.client = client
+        self.reply_timeout = reply_timeout
+        self.malformed = 0  # pushed messages skipped because they did not decode
+        self._events: queue.SimpleQueue[Event] = queue.SimpleQueue()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._sock: socket.socket | None = None
+        self._reader = FrameReader()
+        self._agent_state: str | None = None  # the state of the agent's last status message
+        self._pending: list[dict[str, Any]] = []  # read along with a reply, not yet handled
+        self._broken: _Ended | None = None  # raised once the messages before it are handled
+        self._profiling = ""  # the running status once started ("torch.profiler 0.5 s every…")
+
+    # -- Collector protocol -----------------------------------------------------------------
+    def start(self) -> None:
+        if self._thread is not None or self._stop.is_set():
+            return
+        self._thread = threading.Thread(target=self._run, name="infertop-agent", daemon=True)
+        self._thread.start()
+
+    def poll(self) -> list[Event]:
+        out: list[Event] = []
+        while True:
+            try:
+                out.append(self._events.get_nowait())
+            except queue.Empty:
+                return out
+
+    def stop(self) -> None:
+        """Detach (the thread sends ``detach`` and waits briefly for its reply) and close."""
+        self._stop.set()
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join(timeout=self.reply_timeout + 2 * TICK_S + 1.0)
+
+    # -- the connection thread ------------------------------------------------------------------
+    def _status(self, state: str, message: str) -> None:
+        self._events.put(CollectorStatus(time.time(), self.name, state, message))
+
+    def _run(self) -> None:
+        try:
+            self._session()
+        except _Ended as end:
+            self._status(end.state, end.message)
+        except Exception as exc:  # noqa: BLE001 - a bug here must not kill infertop
+            self._status("failed", f"agent client error: {type(exc).__name__}: {exc}")
+        finally:
+            if self._sock is not None:
+                try:
+                    self._sock.close()
+                except OSError:
+                    pass
+                self._sock = None
+
+    def _session(self) -> None:
+        refused = check_socket(self.socket_path)
+        if refused is not None:
+            raise _Ended(*refused)
+        sock = self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.reply_timeout)
+        try:
+            sock.connect(self.socket_path)
+        except OSError as exc:
+            raise _Ended("failed", f"cannot connect to {self.socket_path}: {exc.strerror or exc}")
+        sock.settimeout(TICK_S)
+        hello = self._request({"v": PROTOCOL, "cmd": "hello", "client": self.client}, "hello")
+        for ev in hello_events(hello, self.target):
+            self._events.put(ev)
+        reply = self._request(self.config.message(), "ok", "configure")
+        self._request({"v": PROTOCOL, "cmd": "start"}, "ok", "start")
+        eff = reply.get("config") if isinstance(reply.get("config"), dict) else {}
+        window, period = eff.get("window_s"), eff.get("period_s")
+        if not isinstance(window, (int, float)) or not isinstance(period, (int, float)):
+            window, period = self.config.window_s, self.config.period_s
+        self._profiling = f"torch.profiler {window:g} s every {period:g} s"
+        if self._agent_state in (None, "running"):  # else the agent's word stands (no torch…)
+            self._status("running", self._profiling)
+        while not self._stop.is_set():
+            for msg in self._next_messages():
+                self._dispatch(msg)
+        self._detach()
+
+    def _detach(self) -> None:
+        try:
+            self._request({"v": PROTOCOL, "cmd": "detach"}, "ok", "detach", timeout=1.0)
+        except _Ended:
+            pass  # gone already, or slow to answer: closing the socket detaches as well
+        raise _Ended("stopped", "detached")
+
+    def _send(self, obj: dict[str, Any]) -> None:
+        assert self._sock is not None
+        try:
+            self._sock.sendall(encode_frame(obj))
+        except OSError as exc:
+            raise _Ended("stopped", f"the agent closed the connection ({exc.strerror or exc})")
+
+    def _request(
+        self, obj: dict[str, Any], reply_type: str, cmd: str | None = None, timeout: float = 0.0
+    ) -> dict[str, Any]:
+        """Send a command and wait for its reply; pushed messages meanwhile are dispatched."""
+        self._send(obj)
+        name = obj["cmd"]
+        deadline = time.monotonic() + (timeout or self.reply_timeout)
+        while time.monotonic() < deadline:
+            if self._stop.is_set() and name != "detach":
+                self._detach()
+            msgs = self._next_messages()
+            for i, msg in enumerate(msgs):
+                kind = msg.get("type")
+                if kind == "error":
+                    raise _Ended("failed", f"the agent refused {name}: {msg.get('message', '?')}")
+                if kind == reply_type and (cmd is None or msg.get("cmd") == cmd):
+                    self._pending = msgs[i + 1 :]
+                    return msg
+                self._dispatch(msg)
+        raise _Ended("failed", f"no reply to {name} within {timeout or self.reply_timeout:g} s")
+
+    def _next_messages(self) -> list[dict[str, Any]]:
+        """Whatever complete messages arrive within one tick (maybe none). Raises ``_Ended``
+        when the stream is over or broken, after the good messages before the break."""
+        if self._pending:
+            out, self._pending = self._pending, []
+            return out
+        if self._broken is not None:
+            raise self._broken
+        assert self._sock is not None
+        try:
+            data = self._sock.recv(1 << 16)
+        except socket.timeout:
+            return []
+        except OSError as exc:
+            raise _Ended("stopped", f"the agent connection broke ({exc.strerror or exc})")
+        if not data:
+            if self._reader.mid_frame:
+                raise _Ended("failed", "the agent closed the connection in the middle of a message")
+            raise _Ended("stopped", "the agent closed the connection")
+        good: list[dict[str, Any]] = []
+        for msg in self._reader.feed(data):
+            v = msg.get("v", PROTOCOL)
+            if v != PROTOCOL:
+                why = f"the agent speaks protocol {v!r}; this infertop speaks {PROTOCOL}"
+                self._broken = _Ended("failed", why)
+                return good
+            good.append(msg)
+        if self._reader.error is not None:
+            self._broken = _Ended("failed", f"protocol error: {self._reader.error}; disconnected")
+        return good
+
+    def _dispatch(self, msg: dict[str, Any]) -> None:
+        state = self._agent_state or "running"  # a complaint does not change the agent's state
+        if msg.get("type") == "error":
+            self._status(state, f"agent error: {msg.get('message', '?')}")
+            return
+        try:
+            events = convert(msg)
+        except (ValueError, TypeError, KeyError, IndexError) as exc:
+            self.malformed += 1
+            self._status(state, f"skipped {self.malformed} malformed agent message(s) ({exc})")
+            return
+        for ev in events:
+            if isinstance(ev, CollectorStatus):
+                self._agent_state = ev.state
+            elif isinstance(ev, OpWindow) and self._agent_state not in (None, "running"):
+                self._agent_state = "running"  # windows again (the target's own profiler ended)
+                self._status("running", self._profiling)
+            self._events.put(ev)

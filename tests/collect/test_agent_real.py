@@ -1,0 +1,93 @@
+"""The client against the real in-process agent, armed in a small torch (CPU) process."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from infertop.collect.agent_client import AgentCollector, AgentConfig
+from infertop.model.events import CollectorStatus, OpWindow, StageSpan, TargetInfo
+
+pytest.importorskip("torch")
+agent = pytest.importorskip("infertop.agent")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not hasattr(agent, "arm"), reason="the agent cannot be armed yet"),
+]
+
+TARGET = """
+import sys, time
+import torch
+from torch import nn
+import infertop
+import infertop.agent
+
+model = nn.Sequential(nn.Linear(128, 256), nn.GELU(), nn.LayerNorm(256), nn.Linear(256, 64))
+print(infertop.agent.arm(), flush=True)
+x = torch.randn(8, 128)
+deadline = time.time() + float(sys.argv[1])
+try:
+    with torch.no_grad():
+        while time.time() < deadline:
+            with infertop.stage("forward"):
+                y = model(x)
+            y.sum().item()
+            time.sleep(0.003)
+except KeyboardInterrupt:
+    pass
+"""
+
+
+def run_client(path: str, pid: int, windows: int) -> list[object]:
+    target = TargetInfo(pid, "python target.py", "3.11", None, time.time())
+    c = AgentCollector(path, AgentConfig(window_s=0.2, period_s=0.5), target=target)
+    c.start()
+    events: list[object] = []
+    deadline = time.monotonic() + 30
+    while sum(isinstance(e, OpWindow) for e in events) < windows and time.monotonic() < deadline:
+        events += c.poll()
+        time.sleep(0.05)
+    c.stop()
+    return events + c.poll()
+
+
+def test_windows_from_the_real_agent_and_a_clean_detach(tmp_path: Path) -> None:
+    script = tmp_path / "target.py"
+    script.write_text(TARGET)
+    root = str(Path(__file__).resolve().parents[2])
+    proc = subprocess.Popen(
+        [sys.executable, str(script), "40"], stdout=subprocess.PIPE, text=True, cwd=root,
+        env={"PYTHONPATH": root, "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    try:
+        path = proc.stdout.readline().strip() if proc.stdout else ""
+        assert path.endswith(f"agent-{proc.pid}.sock"), path
+        events = run_client(path, proc.pid, windows=2)
+        windows = [e for e in events if isinstance(e, OpWindow)]
+        assert len(windows) >= 2, [e for e in events if isinstance(e, CollectorStatus)]
+        names = {n for w in windows for p in w.paths for n in p.names}
+        assert {"aten::linear", "aten::addmm", "aten::gelu"} <= names
+        assert all(w.source == "agent" and w.t_end > w.t_start for w in windows)
+        infos = [e for e in events if isinstance(e, TargetInfo)]
+        assert infos and infos[0].pid == proc.pid and infos[0].torch
+        statuses = [e for e in events if isinstance(e, CollectorStatus)]
+        assert statuses[-1].state == "stopped" and statuses[-1].message == "detached"
+        spans = [e for e in events if isinstance(e, StageSpan)]
+        assert all(s.stage == "forward" and s.t_end >= s.t_start for s in spans)
+        # detached cleanly: the armed agent takes the next client
+        again = run_client(path, proc.pid, windows=1)
+        assert any(isinstance(e, OpWindow) for e in again)
+        assert proc.poll() is None  # the target never noticed
+    finally:
+        proc.send_signal(signal.SIGINT)  # a normal exit: the agent removes its socket
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
