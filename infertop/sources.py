@@ -16,10 +16,12 @@ from infertop.collect.nvml import probe_nvml
 from infertop.collect.pyspy import PySpyCollector
 from infertop.config import Config
 from infertop.model.events import (
+    AllocatorReading,
     CollectorStatus,
     Event,
     FrameDef,
     Marker,
+    OpWindow,
     SampleWindow,
     StackDef,
     StageRules,
@@ -115,11 +117,10 @@ class LiveSource:
 
 
 def event_time(ev: Event) -> float | None:
-    if isinstance(ev, SampleWindow):
+    """When an event happened, for replay; None for definitions (they take the next time)."""
+    if isinstance(ev, (SampleWindow, StageSpan, OpWindow)):
         return ev.t_end
-    if isinstance(ev, StageSpan):
-        return ev.t_end
-    if isinstance(ev, (CollectorStatus, TargetExited, Marker)):
+    if isinstance(ev, (CollectorStatus, TargetExited, Marker, AllocatorReading)):
         return ev.t
     return None
 
@@ -147,9 +148,9 @@ class ReplaySource:
             last = t
         times.extend([last] * pending)
         self.times = times
-        windows = [e for e in self.events if isinstance(e, SampleWindow)]
+        starts = [e.t_start for e in self.events if isinstance(e, (SampleWindow, OpWindow))]
         target = next((e for e in self.events if isinstance(e, TargetInfo)), None)
-        self.t0 = windows[0].t_start if windows else (target.started if target else 0.0)
+        self.t0 = min(starts) if starts else (target.started if target else 0.0)
         self.t1 = max((t for t in times), default=self.t0)
         self.t1 = max(self.t1, self.t0)
         recorded = next((e.rules for e in self.events if isinstance(e, StageRules)), ())
