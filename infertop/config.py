@@ -40,6 +40,8 @@ STAGES: tuple[str, ...] = (
 #: For each frame, innermost first, the first rule that matches decides. Order matters only
 #: between rules that can match the same frame (decode before the tokenizer catch-all, say).
 DEFAULT_STAGE_RULES: tuple[tuple[str, str], ...] = (
+    # infertop's own agent thread inside the target: its cost, shown as what it is
+    ("infertop", "<infertop-agent>:*"),
     # request parsing and tokenizers (decode side is postprocess)
     ("postprocess", "*detokeniz*"),
     ("postprocess", "*tokeniz*:*decode*"),

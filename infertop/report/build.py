@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from infertop.analysis.findings import evaluate
+from infertop.analysis.session_findings import snapshot_input
 from infertop.analysis.snapshot import Snapshot
+from infertop.config import FindingThresholds
 from infertop.analysis.stages import IDLE
 
 REPORT_VERSION = 1
@@ -15,7 +18,9 @@ def _r(x: float, nd: int = 6) -> float:
     return round(float(x), nd)
 
 
-def build_report(snap: Snapshot, source_kind: str, path: str) -> dict[str, Any]:
+def build_report(
+    snap: Snapshot, source_kind: str, path: str, thresholds: FindingThresholds | None = None
+) -> dict[str, Any]:
     stages = []
     idle = None
     for st in snap.totals:
@@ -78,7 +83,7 @@ def build_report(snap: Snapshot, source_kind: str, path: str) -> dict[str, Any]:
             "truncated": snap.op_truncated,
         },
         "gpu": {"available": gpu_available, "reason": reason, **_gpu(snap)},
-        "findings": [],
+        "findings": [f.as_dict() for f in evaluate(snapshot_input(snap), thresholds)],
         "target_exited": snap.exited is not None,
         "warnings": list(snap.notes),
     }

@@ -1,0 +1,69 @@
+"""Evidence for the findings from a live session or recording: a snapshot, summarised.
+
+Stage rules read the py-spy shares; op rules read the agent's torch-profiler windows; memory
+rules the allocator readings. What a session has not seen (no agent, no GPU) simply leaves
+those rules silent.
+"""
+
+from __future__ import annotations
+
+from infertop.analysis.findings import FindingInput, MemoryState
+from infertop.analysis.gpu import GpuSummary
+from infertop.analysis.gpu import MemcpyRow as TraceMemcpyRow
+from infertop.analysis.snapshot import Snapshot
+from infertop.analysis.stages import IDLE
+from infertop.analysis.trace_ops import OpRow, OutsideOps
+
+
+def _merged_ops(snap: Snapshot) -> tuple[OpRow, ...]:
+    """The agent's rows are per stage; rules want one row per (op, device)."""
+    acc: dict[tuple[str, str], list[float]] = {}
+    for r in snap.ops:
+        a = acc.setdefault((r.name, r.device), [0, 0.0, 0.0])
+        a[0] += r.count
+        a[1] += r.total_us
+        a[2] += r.self_us
+    rows = [OpRow(n, d, int(c), t, s) for (n, d), (c, t, s) in acc.items()]
+    return tuple(sorted(rows, key=lambda r: -r.self_us))
+
+
+def snapshot_input(snap: Snapshot) -> FindingInput:
+    shares = {s.name: s.share for s in snap.totals if s.name != IDLE}
+    where: dict[str, list[str]] = {}
+    for t in snap.top:
+        where.setdefault(t.stage, []).append(
+            f"{t.frame.function} ({t.frame.short_file}:{t.frame.line})"
+        )
+    ops = _merged_ops(snap)
+    cpu_self = sum(o.self_us for o in ops if o.device == "cpu")
+    gpu = None
+    if snap.gpu is not None and snap.gpu.span_us > 0:
+        g = snap.gpu
+        gpu = GpuSummary(
+            kernel_time_us=dict(g.kernel_time_us),
+            busy_us=g.busy_us,
+            span_us=g.span_us,
+            gaps=(),
+            memcpy=tuple(
+                TraceMemcpyRow(m.kind, m.host_memory, m.count, m.bytes, m.total_us) for m in g.memcpy
+            ),
+            sync_events=0,
+            sync_us=0.0,
+            sync_calls={},
+            launch_delay_us=None,
+        )
+    memory = None
+    if snap.allocator is not None:
+        a = snap.allocator
+        memory = MemoryState(None, a.reserved, a.allocated, a.alloc_retries, a.ooms)
+    return FindingInput(
+        wall_us=snap.op_seconds * 1e6,
+        stage_shares=shares,
+        stage_where={k: tuple(v) for k, v in where.items()},
+        ops=ops,
+        # time outside ops needs the forward's wall time per thread, which windows do not carry
+        # yet: only the op time is known (enough for copy-heavy)
+        outside_ops=OutsideOps(wall_us=0.0, in_ops_us=cpu_self, ops=0) if cpu_self else None,
+        gpu=gpu,
+        memory=memory,
+    )
