@@ -11,7 +11,10 @@ import time
 from collections.abc import Sequence
 
 from infertop import __version__
+from infertop.collect.agent_client import AgentConfig
 from infertop.errors import EXIT_OK, EXIT_USAGE, InfertopError, UsageError
+
+AGENT_DEFAULTS = AgentConfig()
 
 LATER = {
     "import": "converting a Kineto trace into a recording is not there yet; "
@@ -45,12 +48,29 @@ def _add_collect_flags(p: argparse.ArgumentParser) -> None:
         help="extra stage rule, repeatable; PATTERN is FUNC_GLOB or FILE_GLOB:FUNC_GLOB, "
         "e.g. --stage preprocess='*server.py:encode_batch'. Your rules win over the defaults.",
     )
-    p.add_argument("--config", metavar="FILE", help="TOML config with [collect] and [stages]")
+    p.add_argument(
+        "--config", metavar="FILE", help="TOML config with [collect], [stages] and [findings]"
+    )
     p.add_argument(
         "--no-inject",
         action="store_true",
-        help="never inject the in-process agent (py-spy only). The agent is not part of this "
-        "release yet, so today every session is py-spy only.",
+        help="no in-process agent: py-spy only (no torch ops, kernels or stage latencies)",
+    )
+    p.add_argument(
+        "--profile-window",
+        type=float,
+        metavar="S",
+        help=f"agent: length of each torch.profiler window (default {AGENT_DEFAULTS.window_s:g} s)",
+    )
+    p.add_argument(
+        "--profile-period",
+        type=float,
+        metavar="S",
+        help=f"agent: one window every S seconds (default {AGENT_DEFAULTS.period_s:g} s); "
+        "window/period is the share of time the profiler runs",
+    )
+    p.add_argument(
+        "--record-shapes", action="store_true", help="agent: record input shapes (costs more)"
     )
 
 
@@ -131,15 +151,34 @@ def _config(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     return cfg
 
 
-def _agent_status(no_inject: bool):  # type: ignore[no-untyped-def]
+def _collectors(target, args: argparse.Namespace, cfg):  # type: ignore[no-untyped-def]
+    """py-spy, plus the agent (injected in the background) unless --no-inject; and the
+    statuses to show for what does not run."""
+    from dataclasses import replace
+
+    from infertop.collect.agent_attach import AgentAttach
+    from infertop.collect.pyspy import PySpyCollector
     from infertop.model.events import CollectorStatus
 
-    why = (
-        "off (--no-inject)"
-        if no_inject
-        else "not in this release yet: torch ops and kernels are not collected (py-spy only)"
-    )
-    return CollectorStatus(time.time(), "agent", "unavailable", why)
+    collectors: list = [PySpyCollector(target.pid, cfg.collect.rate_hz, cfg.collect.window_s)]
+    statuses = []
+    if getattr(args, "no_inject", False):
+        statuses.append(CollectorStatus(time.time(), "agent", "unavailable", "off (--no-inject)"))
+        return collectors, statuses
+    agent = replace(AGENT_DEFAULTS, stage_functions=tuple(cfg.stage_rules))
+    window, period = getattr(args, "profile_window", None), getattr(args, "profile_period", None)
+    if window is not None:
+        if not 0.05 <= window <= 30:
+            raise UsageError(f"--profile-window {window:g} is out of range", "use 0.05..30 s")
+        agent = replace(agent, window_s=window)
+    if period is not None:
+        if period < agent.window_s:
+            raise UsageError("--profile-period must be at least --profile-window")
+        agent = replace(agent, period_s=period)
+    if getattr(args, "record_shapes", False):
+        agent = replace(agent, record_shapes=True)
+    collectors.append(AgentAttach(target.pid, agent, target))
+    return collectors, statuses
 
 
 def _need_tty(what: str) -> None:
@@ -151,18 +190,12 @@ def _need_tty(what: str) -> None:
 
 
 def _live(target, args, record: str | None) -> int:  # type: ignore[no-untyped-def]
-    from infertop.collect.pyspy import PySpyCollector
     from infertop.sources import LiveSource
     from infertop.tui.app import create_app
 
     cfg = _config(args)
-    src = LiveSource(
-        target,
-        cfg,
-        collectors=[PySpyCollector(target.pid, cfg.collect.rate_hz, cfg.collect.window_s)],
-        record_path=record,
-    )
-    src.session.apply(_agent_status(getattr(args, "no_inject", False)))
+    collectors, statuses = _collectors(target, args, cfg)
+    src = LiveSource(target, cfg, collectors=collectors, record_path=record, statuses=statuses)
     title = f"infertop — pid {target.pid}"
     try:
         create_app(src, title=title).run()  # its ingest worker starts and stops the source
@@ -266,6 +299,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     _need_tty("demo")
     args.stage, args.config, args.rate, args.no_inject = [], None, None, False
+    args.profile_window = args.profile_period = None
+    args.record_shapes = False
     cmd = [sys.executable, "-m", "samples.textgen_service"]
     if args.slow_tokenizer:
         cmd.append("--slow-tokenizer")
@@ -280,7 +315,9 @@ def cmd_record(args: argparse.Namespace) -> int:
     if args.duration is not None and args.duration <= 0:
         raise UsageError("--duration must be positive")
     target = inspect_target(args.pid)
-    return record_headless(target, _config(args), args.output, args.duration, _agent_status(args.no_inject))
+    cfg = _config(args)
+    collectors, statuses = _collectors(target, args, cfg)
+    return record_headless(target, cfg, args.output, args.duration, collectors, statuses)
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -319,7 +356,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(f"infertop: warning: {rec.warning}", file=sys.stderr)
     src = ReplaySource(rec, _config(args))
     snap = build_snapshot(src.session, t=src.t, notes=src.notes)
-    rep = build_report(snap, "recording", args.file)
+    rep = build_report(snap, "recording", args.file, _config(args).findings)
     if args.format == "json":
         sys.stdout.write(json.dumps(rep, indent=2) + "\n")
     elif args.format == "markdown":

@@ -5,6 +5,9 @@ from __future__ import annotations
 import sys
 import time
 
+from collections.abc import Sequence
+
+from infertop.collect.base import Collector
 from infertop.config import Config
 from infertop.errors import EXIT_OK, InfertopError
 from infertop.model.events import CollectorStatus, TargetInfo
@@ -20,13 +23,10 @@ def record_headless(
     config: Config,
     path: str,
     duration: float | None,
-    agent_status: CollectorStatus | None = None,
+    collectors: Sequence[Collector] | None = None,
+    statuses: Sequence[CollectorStatus] = (),
 ) -> int:
-    src = LiveSource(target, config, record_path=path)
-    if agent_status is not None:
-        src.session.apply(agent_status)
-        assert src.writer is not None
-        src.writer.write([agent_status])
+    src = LiveSource(target, config, collectors=collectors, record_path=path, statuses=statuses)
     tty = sys.stderr.isatty()
     started = time.monotonic()
     last_line = 0.0

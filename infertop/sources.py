@@ -45,11 +45,14 @@ class LiveSource:
         collectors: Sequence[Collector] | None = None,
         record_path: str | None = None,
         notes: Sequence[str] = (),
+        statuses: Sequence[CollectorStatus] = (),
     ) -> None:
         self.config = config
         self.session = Session(classifier=StageClassifier(config.stage_rules))
         self.session.apply(target)
         self.session.apply(probe_nvml())
+        for status in statuses:  # what the caller already knows (e.g. "agent: --no-inject")
+            self.session.apply(status)
         assert target.pid is not None
         self.collectors: list[Collector] = list(
             collectors

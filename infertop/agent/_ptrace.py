@@ -1,0 +1,401 @@
+"""Calling a function inside another process with ptrace (x86-64 Linux), without gdb.
+
+Why not gdb: gdb 13 cannot make inferior calls on CPUs with AMX (Sapphire Rapids and newer):
+it restores registers with a too-small XSAVE buffer and fails with "Couldn't write extended
+state status: Bad address" (the kernel wants the full XSAVE size). This module saves and
+restores the complete XSAVE area the kernel reports, so every register of the interrupted
+thread comes back exactly as it was.
+
+Only one thread (the one we call on, normally the main thread) is stopped, for a few
+milliseconds; the other threads keep running. A call that does not return in time (e.g. a
+lock the interrupted thread itself holds) is abandoned: the thread is interrupted again and its
+registers restored, as if nothing had happened.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import struct
+import time
+from dataclasses import dataclass
+
+PTRACE_CONT = 7
+PTRACE_DETACH = 17
+PTRACE_GETREGS = 12
+PTRACE_SETREGS = 13
+PTRACE_GETFPREGS = 14
+PTRACE_SETFPREGS = 15
+PTRACE_GETREGSET = 0x4204
+PTRACE_SETREGSET = 0x4205
+PTRACE_SEIZE = 0x4206
+PTRACE_INTERRUPT = 0x4207
+PTRACE_EVENT_STOP = 128
+NT_X86_XSTATE = 0x202
+WALL = 0x40000000
+SYS_TGKILL = 234
+SIGSEGV = 11
+SIGTRAP = 5
+#: synchronous faults: during one of our calls they mean the call stopped (or crashed)
+FAULT_SIGNALS = frozenset((4, 5, 7, 8, 11))  # SIGILL SIGTRAP SIGBUS SIGFPE SIGSEGV
+XSTATE_BUF = 1 << 16
+
+_REG_NAMES = (
+    "r15 r14 r13 r12 rbp rbx r11 r10 r9 r8 rax rcx rdx rsi rdi orig_rax rip cs eflags rsp ss "
+    "fs_base gs_base ds es fs gs"
+).split()
+
+
+class UserRegs(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_ulonglong) for name in _REG_NAMES]
+
+
+class IoVec(ctypes.Structure):
+    _fields_ = [("iov_base", ctypes.c_void_p), ("iov_len", ctypes.c_size_t)]
+
+
+class PtraceError(Exception):
+    """Something went wrong; ``errno`` is set when a system call failed."""
+
+    def __init__(self, message: str, err: int | None = None) -> None:
+        super().__init__(message)
+        self.errno = err
+
+
+class CallTimeout(PtraceError):
+    """The called function did not return in time; the call was abandoned cleanly."""
+
+
+_libc = None
+
+
+def _lib() -> ctypes.CDLL:
+    global _libc
+    if _libc is None:
+        lib = ctypes.CDLL(None, use_errno=True)
+        lib.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+        lib.ptrace.restype = ctypes.c_long
+        lib.syscall.restype = ctypes.c_long
+        _libc = lib
+    return _libc
+
+
+def supported() -> str | None:
+    """Why this injector cannot run here (None when it can)."""
+    machine = os.uname().machine
+    if machine not in ("x86_64", "amd64"):
+        return "the built-in injector supports x86-64 only (this machine is %s)" % machine
+    if struct.calcsize("P") != 8:
+        return "the built-in injector needs a 64-bit Python"
+    return None
+
+
+def _ptrace(request: int, tid: int, addr: int = 0, data: int | ctypes.c_void_p | None = 0) -> int:
+    lib = _lib()
+    ctypes.set_errno(0)
+    res = lib.ptrace(request, tid, ctypes.c_void_p(addr), data if isinstance(data, ctypes.c_void_p) else ctypes.c_void_p(data or 0))
+    if res == -1:
+        err = ctypes.get_errno()
+        if err:
+            raise PtraceError("ptrace(%d) on %d: %s" % (request, tid, os.strerror(err)), err)
+    return res
+
+
+# ---------------------------------------------------------------------------------------------
+# symbols
+
+
+@dataclass
+class Mapping:
+    start: int
+    end: int
+    offset: int
+    path: str
+
+
+def read_maps(pid: int) -> list[Mapping]:
+    out = []
+    with open("/proc/%d/maps" % pid, "r", encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            parts = line.split(None, 5)
+            if len(parts) < 6:
+                continue
+            lo, hi = parts[0].split("-")
+            path = parts[5].strip()
+            if not path.startswith("/"):
+                continue
+            out.append(Mapping(int(lo, 16), int(hi, 16), int(parts[2], 16), path))
+    return out
+
+
+def elf_symbols(path: str, names: set[str]) -> dict[str, tuple[int, int]]:
+    """{name: (st_value, st_info type)} for the wanted names, from .dynsym (then .symtab)."""
+    found: dict[str, tuple[int, int]] = {}
+    with open(path, "rb") as fh:
+        ident = fh.read(64)
+        if len(ident) < 64 or ident[:4] != b"\x7fELF":
+            raise PtraceError("%s is not an ELF file" % path)
+        if ident[4] != 2 or ident[5] != 1:
+            raise PtraceError("%s is not a 64-bit little-endian ELF file" % path)
+        (e_shoff,) = struct.unpack_from("<Q", ident, 40)
+        e_shentsize, e_shnum = struct.unpack_from("<HH", ident, 58)
+        if not e_shoff or not e_shnum:
+            return found
+        fh.seek(e_shoff)
+        raw = fh.read(e_shentsize * e_shnum)
+        sections = []
+        for i in range(e_shnum):
+            sh = struct.unpack_from("<IIQQQQIIQQ", raw, i * e_shentsize)
+            sections.append(sh)  # name type flags addr offset size link info align entsize
+        for wanted_type in (11, 2):  # SHT_DYNSYM, then SHT_SYMTAB
+            for sh in sections:
+                if sh[1] != wanted_type:
+                    continue
+                strtab = sections[sh[6]]
+                fh.seek(strtab[4])
+                strings = fh.read(strtab[5])
+                fh.seek(sh[4])
+                table = fh.read(sh[5])
+                entsize = sh[9] or 24
+                for off in range(0, len(table) - entsize + 1, entsize):
+                    st_name, st_info, _other, st_shndx, st_value, _size = struct.unpack_from(
+                        "<IBBHQQ", table, off
+                    )
+                    if not st_value or st_shndx == 0:
+                        continue
+                    end = strings.find(b"\0", st_name)
+                    name = strings[st_name:end].decode("ascii", "replace")
+                    if name in names and name not in found:
+                        found[name] = (st_value, st_info & 0xF)
+            if len(found) == len(names):
+                break
+    return found
+
+
+def resolve(pid: int, path: str, names: set[str], mappings: list[Mapping]) -> dict[str, int]:
+    """Absolute addresses, in process ``pid``, of the named functions/data of ``path``."""
+    local = "/proc/%d/root%s" % (pid, path)
+    if not os.path.exists(local):
+        local = path
+    symbols = elf_symbols(local, names)
+    bias = load_bias(local, path, mappings)
+    out = {}
+    for name, (value, typ) in symbols.items():
+        if typ == 10:  # STT_GNU_IFUNC: the value is a resolver, not the function
+            continue
+        out[name] = bias + value
+    return out
+
+
+def load_bias(local: str, path: str, mappings: list[Mapping]) -> int:
+    """Where ``path`` is loaded: its offset-0 mapping minus its lowest PT_LOAD address
+    (``local`` is the same file as seen from here, e.g. through /proc/PID/root)."""
+    starts = [m.start for m in mappings if m.path == path and m.offset == 0]
+    if not starts:
+        raise PtraceError("%s has no offset-0 mapping" % path)
+    with open(local, "rb") as fh:
+        hdr = fh.read(64)
+        (e_phoff,) = struct.unpack_from("<Q", hdr, 32)
+        e_phentsize, e_phnum = struct.unpack_from("<HH", hdr, 54)
+        fh.seek(e_phoff)
+        raw = fh.read(e_phentsize * e_phnum)
+    lowest = None
+    for i in range(e_phnum):
+        p_type, _flags, _off, p_vaddr = struct.unpack_from("<IIQQ", raw, i * e_phentsize)
+        if p_type == 1 and (lowest is None or p_vaddr < lowest):
+            lowest = p_vaddr
+    if lowest is None:
+        raise PtraceError("%s has no loadable segment" % path)
+    return min(starts) - (lowest & ~0xFFF)
+
+
+# ---------------------------------------------------------------------------------------------
+# one stopped thread
+
+
+class Tracee:
+    """A thread seized with PTRACE_SEIZE and interrupted; use as a context manager."""
+
+    def __init__(self, pid: int, tid: int | None = None, stop_timeout: float = 2.0) -> None:
+        self.pid = pid
+        self.tid = tid if tid is not None else pid
+        self.stop_timeout = stop_timeout
+        self.attached = False
+        self.saved_regs: UserRegs | None = None
+        self.saved_xstate: bytes | None = None
+        self.saved_fp: bytes | None = None
+        self.pending_signals: list[int] = []
+        self.mem_fd = -1
+        self.stopped_at = 0.0
+        self.frozen_s = 0.0
+
+    # -- attach / detach ----------------------------------------------------------------------
+
+    def __enter__(self) -> Tracee:
+        self.attach()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.detach()
+
+    def attach(self) -> None:
+        for attempt in range(50):
+            try:
+                _ptrace(PTRACE_SEIZE, self.tid, 0, 0)
+                break
+            except PtraceError as exc:
+                # EPERM also while another tracer (py-spy taking a sample) holds the thread
+                if exc.errno == errno.EPERM and attempt < 49 and _traced_by_other(self.tid):
+                    time.sleep(0.005)
+                    continue
+                raise
+        self.attached = True
+        try:
+            _ptrace(PTRACE_INTERRUPT, self.tid, 0, 0)
+            self._wait_stop(self.stop_timeout, want_interrupt=True)
+            self.stopped_at = time.monotonic()
+            self.saved_regs = self.get_regs()
+            self._save_fpu()
+            self.mem_fd = os.open("/proc/%d/mem" % self.pid, os.O_RDWR)
+        except BaseException:
+            self.detach()
+            raise
+
+    def detach(self) -> None:
+        if not self.attached:
+            return
+        try:
+            if self.saved_regs is not None:
+                try:
+                    self.set_regs(self.saved_regs)
+                    self._restore_fpu()
+                except PtraceError:
+                    pass
+            sig = self.pending_signals.pop(0) if self.pending_signals else 0
+            try:
+                _ptrace(PTRACE_DETACH, self.tid, 0, sig)
+            except PtraceError:
+                pass
+            for other in self.pending_signals:
+                _lib().syscall(SYS_TGKILL, self.pid, self.tid, other)
+        finally:
+            self.attached = False
+            if self.stopped_at:
+                self.frozen_s = time.monotonic() - self.stopped_at
+            if self.mem_fd >= 0:
+                os.close(self.mem_fd)
+                self.mem_fd = -1
+
+    def _wait_stop(self, timeout: float, want_interrupt: bool) -> tuple[int, int]:
+        """Wait for the next ptrace-stop; returns (signal, event)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            pid, status = os.waitpid(self.tid, WALL | os.WNOHANG)
+            if pid == 0:
+                if time.monotonic() > deadline:
+                    raise CallTimeout("thread %d did not stop within %.1f s" % (self.tid, timeout))
+                time.sleep(0.0005)
+                continue
+            if os.WIFEXITED(status) or os.WIFSIGNALED(status):
+                self.attached = False
+                raise PtraceError("the target exited")
+            if not os.WIFSTOPPED(status):
+                continue
+            sig = os.WSTOPSIG(status)
+            event = (status >> 16) & 0xFF
+            if event == PTRACE_EVENT_STOP:
+                return sig, event
+            if event:
+                # another ptrace event (exec, clone...): let it go on
+                _ptrace(PTRACE_CONT, self.tid, 0, 0)
+                continue
+            if not want_interrupt and sig in FAULT_SIGNALS:
+                return sig, 0
+            # a signal for the target arrived meanwhile: hold it, deliver it when we leave
+            self.pending_signals.append(sig)
+            _ptrace(PTRACE_CONT, self.tid, 0, 0)
+
+    # -- registers and memory --------------------------------------------------------------------
+
+    def get_regs(self) -> UserRegs:
+        regs = UserRegs()
+        _ptrace(PTRACE_GETREGS, self.tid, 0, ctypes.c_void_p(ctypes.addressof(regs)))
+        return regs
+
+    def set_regs(self, regs: UserRegs) -> None:
+        _ptrace(PTRACE_SETREGS, self.tid, 0, ctypes.c_void_p(ctypes.addressof(regs)))
+
+    def _save_fpu(self) -> None:
+        buf = ctypes.create_string_buffer(XSTATE_BUF)
+        iov = IoVec(ctypes.cast(buf, ctypes.c_void_p), XSTATE_BUF)
+        try:
+            _ptrace(PTRACE_GETREGSET, self.tid, NT_X86_XSTATE, ctypes.c_void_p(ctypes.addressof(iov)))
+            self.saved_xstate = buf.raw[: iov.iov_len]
+            return
+        except PtraceError:
+            pass
+        fp = ctypes.create_string_buffer(512)
+        _ptrace(PTRACE_GETFPREGS, self.tid, 0, ctypes.c_void_p(ctypes.addressof(fp)))
+        self.saved_fp = fp.raw
+
+    def _restore_fpu(self) -> None:
+        if self.saved_xstate is not None:
+            buf = ctypes.create_string_buffer(self.saved_xstate, len(self.saved_xstate))
+            iov = IoVec(ctypes.cast(buf, ctypes.c_void_p), len(self.saved_xstate))
+            _ptrace(PTRACE_SETREGSET, self.tid, NT_X86_XSTATE, ctypes.c_void_p(ctypes.addressof(iov)))
+        elif self.saved_fp is not None:
+            fp = ctypes.create_string_buffer(self.saved_fp, 512)
+            _ptrace(PTRACE_SETFPREGS, self.tid, 0, ctypes.c_void_p(ctypes.addressof(fp)))
+
+    def write(self, addr: int, data: bytes) -> None:
+        written = os.pwrite(self.mem_fd, data, addr)
+        if written != len(data):
+            raise PtraceError("short write to %#x" % addr)
+
+    def read(self, addr: int, size: int) -> bytes:
+        return os.pread(self.mem_fd, size, addr)
+
+    # -- calling --------------------------------------------------------------------------------
+
+    def call(self, func: int, *args: int, timeout: float = 2.0) -> int:
+        """Call ``func(*args)`` (up to 6 integer/pointer arguments) on the stopped thread."""
+        if len(args) > 6:
+            raise ValueError("at most 6 arguments")
+        assert self.saved_regs is not None
+        regs = UserRegs.from_buffer_copy(self.saved_regs)
+        sp = (self.saved_regs.rsp - 512) & ~0xF  # below the red zone, 16-byte aligned
+        sp -= 8  # return address: 0, so that the return faults and stops the thread
+        self.write(sp, b"\0" * 8)
+        for name, value in zip(("rdi", "rsi", "rdx", "rcx", "r8", "r9"), args):
+            setattr(regs, name, value & 0xFFFFFFFFFFFFFFFF)
+        regs.rsp = sp
+        regs.rip = func
+        regs.rax = 0
+        regs.orig_rax = 0xFFFFFFFFFFFFFFFF  # not in a system call: no restart on resume
+        self.set_regs(regs)
+        _ptrace(PTRACE_CONT, self.tid, 0, 0)
+        try:
+            sig, _event = self._wait_stop(timeout, want_interrupt=False)
+        except CallTimeout:
+            # abandon the call: stop the thread again; detach() restores its registers
+            _ptrace(PTRACE_INTERRUPT, self.tid, 0, 0)
+            self._wait_stop(self.stop_timeout, want_interrupt=True)
+            raise CallTimeout("the call did not return within %.1f s; abandoned" % timeout) from None
+        after = self.get_regs()
+        if sig == SIGSEGV and after.rip == 0:
+            return after.rax
+        raise PtraceError(
+            "the call stopped with signal %d at %#x instead of returning" % (sig, after.rip)
+        )
+
+
+def _traced_by_other(tid: int) -> bool:
+    try:
+        with open("/proc/%d/status" % tid) as fh:
+            for line in fh:
+                if line.startswith("TracerPid:"):
+                    return int(line.split()[1]) != 0
+    except OSError:
+        pass
+    return False

@@ -1,0 +1,342 @@
+"""Injecting the agent into running processes: real targets, real torch, real ptrace/gdb."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from conftest import (
+    ROOT,
+    SITE_PACKAGES,
+    VENV_PY,
+    Client,
+    clean_env,
+    fds,
+    kineto_threads,
+    pyenv_python,
+    rss_kb,
+    sockets,
+    static_python,
+    threads,
+    wait_until,
+)
+from infertop.agent import protocol as P
+from infertop.agent.inject import inject
+
+pytestmark = pytest.mark.slow
+
+
+def socket_dir_entries(uid: int = 0) -> list[str]:
+    d = P.socket_dir(uid)
+    return sorted(os.listdir(d)) if os.path.isdir(d) else []
+
+
+def profile_once(path: str, window_s: float = 0.3) -> tuple[dict, dict]:
+    """hello, configure, start, first window with ops, detach; returns (hello, window)."""
+    client = Client(path)
+    try:
+        hello = client.call("hello", client="test")
+        assert hello["type"] == "hello"
+        ok = client.call("configure", window_s=window_s, period_s=1.0)
+        assert ok["type"] == "ok" and ok["config"]["window_s"] == window_s
+        assert client.call("start") == {"type": "ok", "cmd": "start", "v": 1}
+        window = client.wait_for("window", timeout=20, predicate=lambda m: m["events"] > 0 and m["paths"])
+        assert client.call("detach")["cmd"] == "detach"
+    finally:
+        client.close()
+    return hello, window
+
+
+def agent_gone(target, before: set[int]) -> bool:
+    path = P.socket_path(target.pid, os.geteuid())
+    return not os.path.exists(path) and threads(target.pid) - before <= kineto_extra(target)
+
+
+def kineto_extra(target) -> set[int]:
+    return target.extra.get("kineto", set())
+
+
+def check_window(window: dict, pid: int) -> None:
+    assert window["t_end"] > window["t_start"] > time.time() - 120
+    paths = window["paths"]
+    forward = [p for p in paths if p[0][-1].startswith("aten::") and p[1] == "forward" and p[2] == "cpu"]
+    assert forward, paths[:10]
+    for names, stage, device, count, total, self_us, shapes in paths:
+        assert count >= 1 and total >= self_us >= 0 and device in ("cpu", "cuda")
+    # ops of the worker thread: under its record_function("infertop:postprocess")
+    assert any(p[1] == "postprocess" and p[0][-1].startswith("aten::") for p in paths), paths[:10]
+    worker_annotations = [a for a in window["annotations"] if a[0] == "infertop:postprocess"]
+    assert worker_annotations and all(a[1] != pid for a in worker_annotations)
+    assert window["kernels"] == [] and window["memcpy"] == [] and window["gpu"] is None
+
+
+def test_inject_profile_detach_leaves_nothing(targets):
+    """The main cycle on a target that never used the profiler (libkineto starts in it)."""
+    target = targets(args=("--workers", "1"))
+    time.sleep(0.5)
+    before = threads(target.pid)
+    rate_before = target.rate(2.0)
+
+    result = inject(target.pid, timeout=10)
+    assert result.ok, result.reason
+    assert result.method == "ptrace" and result.freeze_s is not None and result.freeze_s < 1.0
+    assert result.socket_path == P.socket_path(target.pid, os.geteuid())
+    assert (os.stat(result.socket_path).st_mode & 0o777) == 0o600
+    assert (os.stat(os.path.dirname(result.socket_path)).st_mode & 0o777) == 0o700
+
+    hello, window = profile_once(result.socket_path)
+    assert hello["pid"] == target.pid and hello["armed"] is False
+    assert hello["torch"].startswith("2.") and hello["cuda"] is False and hello["all_threads"] is True
+    check_window(window, target.pid)
+
+    # detach: socket gone, our thread gone; torch keeps libkineto's own config-loader thread,
+    # started on the first profiler use in the process (see docs/agent-protocol.md)
+    assert wait_until(lambda: not os.path.exists(result.socket_path), 5)
+    assert wait_until(lambda: len(threads(target.pid) - before) <= 1, 5)
+    extra = threads(target.pid) - before
+    assert kineto_threads(target.pid, extra) == extra
+    assert not [n for n in socket_dir_entries() if str(target.pid) in n]
+    rate_after = target.rate(2.0)
+    assert rate_after > 0.7 * rate_before, (rate_before, rate_after)
+    out, err = target.stop()
+    assert target.proc.returncode == 0
+    assert out == "" and err == "", (out, err)
+
+
+def test_twenty_cycles_leave_no_growth(targets):
+    """A target that already used torch.profiler: every cycle ends with exactly its threads."""
+    target = targets(args=("--workers", "1", "--warm-profiler"))
+    time.sleep(0.5)
+    base_threads = threads(target.pid)
+    base_fds, base_sockets = fds(target.pid), sockets(target.pid)
+    rss = []
+    for cycle in range(20):
+        result = inject(target.pid, timeout=10)
+        assert result.ok, (cycle, result.reason)
+        client = Client(result.socket_path)
+        client.call("hello", client="cycles")
+        client.call("configure", window_s=0.05, period_s=0.2)
+        client.call("start")
+        client.wait_for("window", timeout=20)
+        client.call("detach")
+        client.close()
+        if not wait_until(lambda: not os.path.exists(result.socket_path), 5):
+            dump = subprocess.run([os.path.join(os.path.dirname(VENV_PY), "py-spy"), "dump", "--pid", str(target.pid)], capture_output=True, text=True).stdout
+            target.stop()
+            raise AssertionError("cycle %d: %s\n%s\n%s" % (cycle, dump, target.out, target.err))
+        assert wait_until(lambda: threads(target.pid) == base_threads, 5), (cycle, threads(target.pid) - base_threads)
+        assert wait_until(lambda: fds(target.pid) == base_fds, 5), (cycle, fds(target.pid), base_fds)
+        assert sockets(target.pid) == base_sockets
+        rss.append(rss_kb(target.pid))
+    # memory: the first cycles warm caches (allocator arenas, code objects); later ones add
+    # nothing beyond noise
+    assert rss[-1] - rss[4] < 8 * 1024, rss
+    out, err = target.stop()
+    assert out == "" and err == ""
+
+
+def test_inject_static_python(targets):
+    """A CPython whose C API lives in the executable (no libpython*.so), e.g. Debian's."""
+    exe = static_python()
+    if exe is None:
+        pytest.skip("no statically linked python3.11 here")
+    env = clean_env(PYTHONPATH=SITE_PACKAGES)
+    target = targets(args=("--workers", "1"), python=exe, env=env)
+    result = inject(target.pid, timeout=10)
+    assert result.ok, result.reason
+    assert result.python == "3.11"
+    hello, window = profile_once(result.socket_path)
+    assert hello["python"].startswith("3.11.") and hello["torch"]
+    check_window(window, target.pid)
+    assert wait_until(lambda: not os.path.exists(result.socket_path), 5)
+    out, err = target.stop()
+    assert out == "" and err == ""
+
+
+@pytest.mark.parametrize("version", ["3.10", "3.12", "3.13"])
+def test_inject_other_pythons_without_torch(targets, version):
+    exe = pyenv_python(version)
+    if exe is None:
+        pytest.skip("no Python %s here" % version)
+    target = targets("spans_target.py", python=exe, env=clean_env(PYTHONPATH=str(ROOT)))
+    assert inject(target.pid).kind == "no_torch"
+    result = inject(target.pid, require_torch=False)
+    assert result.ok, result.reason
+    client = Client(result.socket_path)
+    hello = client.call("hello", client="test")
+    client.close()  # a hello-only client leaving does not end the session...
+    assert hello["python"].startswith(version + ".") and hello["torch"] is None
+    assert hello["monitoring"] is (tuple(map(int, version.split("."))) >= (3, 12))
+    client = Client(result.socket_path)  # ...so a second client can still come
+    assert client.call("start")["cmd"] == "start"
+    status = client.wait_for("status")
+    assert "torch is not imported" in status["message"]
+    client.close()  # leaving after start == detach
+    assert wait_until(lambda: not os.path.exists(result.socket_path), 5)
+    out, err = target.stop()
+    assert out == "" and err == ""
+
+
+def test_main_thread_blocked_times_out_cleanly(targets):
+    """A main thread stuck in one long C call never reaches the pending call in time: inject
+    says so, and when the call finally runs later it finds its payload gone and does nothing."""
+    target = targets(args=("--workers", "0", "--block-main", "5"))
+    t0 = time.monotonic()
+    result = inject(target.pid, timeout=1.0)
+    assert not result.ok and result.kind == "timeout", result
+    assert "safe point" in result.reason
+    assert time.monotonic() - t0 < 5
+    assert not [n for n in socket_dir_entries() if n.startswith("boot-")]
+    # the main loop starts after the blocking call; the stale bootstrap runs then, harmlessly
+    assert wait_until(lambda: target.read_status()["main"] > 100, 15)
+    time.sleep(1.0)
+    assert not os.path.exists(P.socket_path(target.pid, os.geteuid()))
+    result = inject(target.pid, timeout=10)  # a fresh attempt works
+    assert result.ok, result.reason
+    client = Client(result.socket_path)
+    client.call("hello", client="t")
+    client.call("detach")
+    client.close()
+    assert wait_until(lambda: not os.path.exists(result.socket_path), 5)
+    out, err = target.stop()
+    assert out == "" and err == ""
+
+
+def test_gdb_method(targets):
+    """gdb path: works where gdb can call functions; on AMX CPUs gdb 13 cannot (we say so)."""
+    if shutil.which("gdb") is None:
+        pytest.skip("gdb not installed")
+    target = targets(args=("--workers", "0",))
+    result = inject(target.pid, timeout=10, method="gdb")
+    if not result.ok:
+        assert result.kind == "failed" and "gdb" in result.reason
+        # the target is unharmed and nothing is left behind
+        assert target.proc.poll() is None and target.rate(0.5) > 0
+        assert not [n for n in socket_dir_entries() if n.startswith("boot-")]
+        out, err = target.stop()
+        assert out == "" and err == "" and target.proc.returncode == 0
+        if "extended state" in result.reason:
+            pytest.skip("gdb cannot make inferior calls on this CPU: " + result.reason)
+        pytest.fail(result.reason)
+    assert result.freeze_s is not None and result.freeze_s < 5
+    client = Client(result.socket_path)
+    assert client.call("hello", client="t")["pid"] == target.pid
+    client.call("detach")
+    client.close()
+    assert wait_until(lambda: not os.path.exists(result.socket_path), 5)
+    out, err = target.stop()
+    assert out == "" and err == ""
+
+
+def test_gdb_missing_is_a_clear_reason(targets, monkeypatch, tmp_path):
+    target = targets(args=("--workers", "0",))
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    monkeypatch.delenv("INFERTOP_GDB", raising=False)
+    result = inject(target.pid, method="gdb")
+    assert not result.ok and result.kind == "no_tool"
+    assert "gdb is not installed" in result.reason
+    assert not [n for n in socket_dir_entries() if n.startswith("boot-")]
+    assert not os.path.exists(P.socket_path(target.pid, os.geteuid()))
+    out, err = target.stop()
+    assert out == "" and err == ""
+
+
+def test_refusals(targets):
+    # torch not imported: nothing injected at all
+    target = targets("spans_target.py", env=clean_env(PYTHONPATH=str(ROOT)))
+    result = inject(target.pid)
+    assert not result.ok and result.kind == "no_torch" and "torch is not imported yet" in result.reason
+    time.sleep(0.3)
+    assert not os.path.exists(P.socket_path(target.pid, os.geteuid()))
+    assert not [n for n in socket_dir_entries() if n.startswith("boot-")]
+    out, err = target.stop()
+    assert out == "" and err == ""
+    # not a Python process
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        time.sleep(0.2)
+        result = inject(sleeper.pid)
+        assert not result.ok and result.kind == "unsupported" and "not a Python process" in result.reason
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    # no such process
+    result = inject(2**22 + 12345)
+    assert not result.ok and result.kind == "not_found"
+
+
+def _nobody_can_run_python() -> bool:
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        return False
+    r = subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", VENV_PY, "-c",
+         "import sys; sys.path.insert(0, %r); import infertop.agent.inject" % str(ROOT)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    return r.returncode == 0
+
+
+@pytest.mark.skipif(not _nobody_can_run_python(), reason="user nobody cannot run the venv's python here")
+def test_another_users_process_is_refused(targets):
+    target = targets(args=("--workers", "0",))
+    code = (
+        "import sys; sys.path.insert(0, %r)\n"
+        "from infertop.agent.inject import inject\n"
+        "r = inject(%d)\n"
+        "print(r.kind); print(r.reason)\n"
+    ) % (str(ROOT), target.pid)
+    r = subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", VENV_PY, "-c", code],
+        capture_output=True, text=True, timeout=60, env=clean_env(),
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    kind, reason = r.stdout.splitlines()[:2]
+    assert kind == "denied" and "belongs to uid 0" in reason
+    assert not os.path.exists(P.socket_path(target.pid, 0))
+    out, err = target.stop()
+    assert out == "" and err == ""
+
+
+@pytest.mark.skipif(not _nobody_can_run_python(), reason="user nobody cannot run the venv's python here")
+def test_peer_of_another_user_gets_no_reply(targets):
+    """The agent closes a connection from another user (not root) without a word. The socket
+    directory is opened up only for this test so that user nobody can reach the socket."""
+    target = targets(args=("--workers", "0", "--arm"))
+    path = P.socket_path(target.pid, 0)
+    assert wait_until(lambda: os.path.exists(path), 10)
+    d = os.path.dirname(path)
+    os.chmod(d, 0o711)
+    os.chmod(path, 0o666)
+    try:
+        code = (
+            "import socket, struct, json\n"
+            "s = socket.socket(socket.AF_UNIX); s.settimeout(5); s.connect(%r)\n"
+            "body = json.dumps({'v': 1, 'cmd': 'hello', 'client': 'x'}).encode()\n"
+            "s.sendall(struct.pack('>I', len(body)) + body)\n"
+            "try:\n"
+            "    data = s.recv(100)\n"
+            "except ConnectionResetError:\n"
+            "    data = b''\n"
+            "print(repr(data))\n"
+        ) % path
+        r = subprocess.run(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", VENV_PY, "-c", code],
+            capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.strip() == "b''"
+    finally:
+        os.chmod(path, 0o600)
+        os.chmod(d, 0o700)
+    # and the agent still serves its own user
+    client = Client(path)
+    assert client.call("hello", client="t")["armed"] is True
+    client.close()
+    out, err = target.stop()
+    assert out == "" and err == ""

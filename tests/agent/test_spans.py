@@ -1,0 +1,91 @@
+"""Stage spans: ``infertop.stage`` sinks and sys.monitoring timings of ``stage_functions``."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from conftest import ROOT, VENV_PY, Client, clean_env, pyenv_python, wait_until
+from infertop.agent import payload as PL
+from infertop.agent.inject import inject
+
+pytestmark = pytest.mark.slow
+
+
+def collect_spans(client: Client, seconds: float) -> list:
+    spans = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        msg = client.wait_for("spans", timeout=10)
+        spans += msg["spans"]
+    return spans
+
+
+def session(pid: int, stage_functions: list) -> tuple[dict, list, list]:
+    result = inject(pid, require_torch=False)
+    assert result.ok, result.reason
+    client = Client(result.socket_path)
+    try:
+        hello = client.call("hello", client="spans")
+        ok = client.call("configure", stage_functions=stage_functions)
+        assert ok["type"] == "ok" and ok["config"]["stage_functions"] == stage_functions
+        client.call("start")
+        spans = collect_spans(client, 1.5)
+        statuses = [m for m in client.pushed if m.get("type") == "status"]
+        client.call("detach")
+    finally:
+        client.close()
+    assert wait_until(lambda: not __import__("os").path.exists(result.socket_path), 5)
+    return hello, spans, statuses
+
+
+def test_monitoring_spans_on_312_and_cleanup(targets):
+    exe = pyenv_python("3.12")
+    if exe is None:
+        pytest.skip("no Python 3.12 here")
+    target = targets("spans_target.py", python=exe, env=clean_env(PYTHONPATH=str(ROOT)))
+    hello, spans, _ = session(target.pid, [["preprocess", "encode_batch"]])
+    assert hello["monitoring"] is True and hello["torch"] is None
+    pre = [s for s in spans if s[1] == "preprocess"]
+    ser = [s for s in spans if s[1] == "serialize"]  # from `with infertop.stage("serialize")`
+    assert len(pre) >= 40 and len(ser) >= 40  # ~55 calls a second for 1.5 s
+    now = time.time()
+    for tid, stage, t0, t1 in pre:
+        assert tid == target.pid  # the main thread's OS id
+        assert 0.004 < t1 - t0 < 0.2, (t0, t1)  # encode_batch sleeps 5 ms
+        assert now - 30 < t0 < t1 <= now + 1
+    for tid, stage, t0, t1 in ser:
+        assert 0 <= t1 - t0 < 0.05
+    # detach left nothing: tool id free, sink removed (the target reports both)
+    assert wait_until(lambda: target.read_status()["tool"] is None, 3)
+    status = target.read_status()
+    assert status["tools"] == [None] * 6 and status["sink"] is False
+    # and a second session can take the same tool id again
+    hello, spans, _ = session(target.pid, [["preprocess", "*spans_target.py:Server.handle"]])
+    assert {s[1] for s in spans} == {"preprocess", "serialize"}
+    assert wait_until(lambda: target.read_status()["tool"] is None, 3)
+    out, err = target.stop()
+    assert out == "" and err == ""
+
+
+def test_no_monitoring_before_312_but_stage_spans_flow(targets):
+    target = targets("spans_target.py", python=VENV_PY, env=clean_env(PYTHONPATH=str(ROOT)))
+    hello, spans, statuses = session(target.pid, [["preprocess", "encode_batch"]])
+    assert hello["monitoring"] is False
+    assert {s[1] for s in spans} == {"serialize"}
+    assert any("3.12" in s["message"] for s in statuses)
+    assert wait_until(lambda: target.read_status()["sink"] is False, 3)
+    out, err = target.stop()
+    assert out == "" and err == ""
+
+
+def test_pattern_matching_rules():
+    pats = PL.parse_stage_patterns([["pre", "encode_*"], ["srv", "*/server.py:Server.handle"], ["x", "a:b:c"]])
+    assert pats == [("pre", None, "encode_*"), ("srv", "*/server.py", "Server.handle"), ("x", "a:b", "c")]
+    assert PL.match_stage(pats, "/app/x.py", "Codec.encode_batch", "encode_batch") == "pre"  # last part
+    assert PL.match_stage(pats, "/app/server.py", "Server.handle", "handle") == "srv"
+    assert PL.match_stage(pats, "/app/other.py", "Server.handle", "handle") is None  # file glob
+    for bad in ("x", [["a"]], [["a", ""]], [["a", 3]], [["", "f"]], [["a", "file.py:"]]):
+        with pytest.raises(ValueError):
+            PL.parse_stage_patterns(bad)

@@ -1,0 +1,106 @@
+"""The in-process agent through the CLI, on samples started plainly (not by infertop)."""
+
+from __future__ import annotations
+
+import glob
+import os
+import time
+
+import pytest
+
+from .helpers import infertop, read_truth, report_json, start_target, stop_target
+
+pytestmark = pytest.mark.slow
+
+
+def python_threads(pid: int) -> list[str]:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    out = subprocess.run(
+        [str(Path(sys.executable).parent / "py-spy"), "dump", "--pid", str(pid)],
+        capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    return sorted(line.split('"')[1] for line in out.splitlines() if line.startswith("Thread ") and '"' in line)
+
+
+def rates(path_a: str, path_b: str, seconds: float) -> tuple[float, float]:
+    """Request rates of two samples over the same interval."""
+    a0, b0 = read_truth(path_a), read_truth(path_b)
+    time.sleep(seconds)
+    a1, b1 = read_truth(path_a), read_truth(path_b)
+    return tuple(  # type: ignore[return-value]
+        (y["requests"] - x["requests"]) / max(1e-6, y["written"] - x["written"])
+        for x, y in ((a0, a1), (b0, b1))
+    )
+
+
+@pytest.mark.parametrize("sample", ["textgen_service", "copy_heavy", "python_loop"])
+def test_injected_agent_brings_torch_ops_and_leaves_nothing(tmp_path, sample: str) -> None:
+    truth, twin_truth = str(tmp_path / "truth.json"), str(tmp_path / "twin.json")
+    target = start_target(["-m", f"samples.{sample}", "--truth", truth])
+    # an identical twin, never attached: the machine's own swings in speed hit both alike
+    twin = start_target(["-m", f"samples.{sample}", "--truth", twin_truth])
+    try:
+        for path in (truth, twin_truth):  # serving: every thread of the sample is up
+            while read_truth(path)["requests"] < 5:
+                time.sleep(0.2)
+        before_threads = len(os.listdir(f"/proc/{target.pid}/task"))
+        before_py = python_threads(target.pid)
+        before, twin_before = rates(truth, twin_truth, 4)
+        out = str(tmp_path / "a.infertop")
+        p = infertop("record", str(target.pid), "-o", out, "--duration", "9",
+                     "--profile-period", "2", "--profile-window", "0.3")  # fmt: skip
+        assert p.returncode == 0, p.stderr
+        time.sleep(2)  # the agent stops within 1 s of detach; give the sample a moment
+        after, twin_after = rates(truth, twin_truth, 4)
+        assert target.poll() is None
+        # no Python thread of ours is left; torch's first profiler use starts one idle native
+        # thread of its own (libkineto's ConfigLoader), which lives as long as the process
+        assert python_threads(target.pid) == before_py
+        assert len(os.listdir(f"/proc/{target.pid}/task")) <= before_threads + 1
+        assert not glob.glob(f"/tmp/infertop-*/agent-{target.pid}.sock")
+    finally:
+        _, err = stop_target(target)
+        stop_target(twin)
+    assert err == "", f"the target's stderr got: {err[:500]}"
+    # back to full speed: its speed-up or slow-down over the session matches the twin's
+    assert after / before >= 0.85 * (twin_after / twin_before), (before, after, twin_before, twin_after)
+    rep = report_json(out)
+    aten = [o for o in rep["ops"] if o["name"].startswith("aten::")]
+    assert aten, rep["ops"][:5]
+    assert rep["profiler"]["windows"] >= 1
+    assert all(o.get("stage") == "forward" for o in aten[:5])
+    if sample == "copy_heavy":
+        assert "copy-heavy" in {f["rule"] for f in rep["findings"]}
+
+
+def test_no_inject_is_py_spy_only_and_says_so(tmp_path) -> None:
+    target = start_target(["-m", "samples.python_loop"])
+    try:
+        out = str(tmp_path / "n.infertop")
+        assert infertop("record", str(target.pid), "-o", out, "--duration", "3", "--no-inject").returncode == 0
+    finally:
+        stop_target(target)
+    rep = report_json(out)
+    assert rep["ops"] == [] and rep["profiler"]["windows"] == 0
+    from infertop.record.reader import read_recording
+    from infertop.model.events import CollectorStatus
+
+    agent = [e for e in read_recording(out).events if isinstance(e, CollectorStatus) and e.collector == "agent"]
+    assert agent and agent[-1].message == "off (--no-inject)"
+
+
+def test_target_without_torch_says_why(tmp_path, repo_root) -> None:
+    target = start_target([str(repo_root / "tests/integration/targets/annotated.py")])
+    try:
+        out = str(tmp_path / "t.infertop")
+        assert infertop("record", str(target.pid), "-o", out, "--duration", "3").returncode == 0
+    finally:
+        stop_target(target)
+    from infertop.record.reader import read_recording
+    from infertop.model.events import CollectorStatus
+
+    agent = [e for e in read_recording(out).events if isinstance(e, CollectorStatus) and e.collector == "agent"]
+    assert agent[-1].state == "unavailable" and "torch" in agent[-1].message
