@@ -217,7 +217,14 @@ def cmd_attach(args: argparse.Namespace) -> int:
 def _start_child(cmd: Sequence[str], log_path: str):  # type: ignore[no-untyped-def]
     import subprocess
 
-    env = dict(os.environ, INFERTOP_AGENT="1")
+    # the child arms the agent at start-up: our sitecustomize (first on its path) imports
+    # infertop.agent when INFERTOP_AGENT=1, so nothing has to be injected later
+    import infertop
+
+    pkg_parent = os.path.dirname(os.path.dirname(infertop.__file__))
+    site_dir = os.path.join(pkg_parent, "infertop", "agent", "_site")
+    path = os.pathsep.join(p for p in (site_dir, pkg_parent, os.environ.get("PYTHONPATH")) if p)
+    env = dict(os.environ, INFERTOP_AGENT="1", PYTHONPATH=path)
     log = open(log_path, "ab")
     try:
         return subprocess.Popen(

@@ -117,3 +117,9 @@ def test_run_starts_the_command_shows_it_and_stops_it_on_quit(tmp_path) -> None:
     logs = list(tmp_path.glob("infertop-run-*.log"))
     assert logs and "ready" in logs[0].read_text()  # the command's output went to its log
     assert (tmp_path / "run.infertop").stat().st_size > 100
+    from infertop.model.events import CollectorStatus
+    from infertop.record.reader import read_recording
+
+    agent = [e for e in read_recording(str(tmp_path / "run.infertop")).events
+             if isinstance(e, CollectorStatus) and e.collector == "agent"]  # fmt: skip
+    assert any("armed" in e.message for e in agent), agent  # pre-armed: nothing injected
