@@ -271,6 +271,13 @@ def _inject(
             )
 
     # 2. refusals
+    state = _proc_state(pid)
+    if state in ("Z", "X"):
+        return _fail(NOT_FOUND, "pid %d has exited" % pid, t0)
+    if state in ("T", "t"):
+        return _fail(
+            UNSUPPORTED, "pid %d is stopped (SIGSTOP or a debugger); resume it first" % pid, t0
+        )
     if me != 0 and me != uid:
         return _fail(
             DENIED,
@@ -357,6 +364,14 @@ def _inject(
         )
     finally:
         _remove(boot_file)
+
+
+def _proc_state(pid: int) -> str:
+    try:
+        with open("/proc/%d/stat" % pid) as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "?"
 
 
 def _root_prefix(pid: int) -> str:

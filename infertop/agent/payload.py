@@ -645,6 +645,10 @@ def _run_capturing_stderr(fn):
         r, w = os.pipe()
     except OSError:
         return fn()
+    if r <= 2 or w <= 2:  # the target runs with std fds closed: nothing to protect
+        os.close(r)
+        os.close(w)
+        return fn()
     saved = -1
     try:
         saved = os.dup(2)
@@ -1616,6 +1620,7 @@ class _Agent:
             "t_end": t_end,
             "events": n,
             "truncated": truncated,
+            "cost_s": round(cost, 4),
         }
         msg.update(body)
         if truncated:

@@ -1,17 +1,20 @@
 """Throughput cost of the agent on a busy torch CPU target (not collected by pytest).
 
     python tests/agent/bench_agent_overhead.py [--window S] [--period S] [--max-events N]
-        [--duration S] [--size N]
+        [--size N] [--off S] [--on S] [--rounds N]
 
-Starts ``targets/torch_loop.py`` (agent armed; its main loop logs its iteration count every
-20 ms), connects one client that starts profiling with the given (default: the agent's default)
-configuration, and measures the cost two ways:
+Starts ``targets/torch_loop.py`` with the agent armed (the same payload an injection runs; the
+main loop logs its iteration count every 20 ms) and alternates, in one run, phases without a
+client ("off") and phases with a client that keeps profiling started ("on"), beginning and
+ending with "off". Reports:
 
-- per window: the main-loop iterations lost in the 3 s around each window, against the rate of
-  the 2 s just before it (a local baseline, robust to the slow drifts of a shared machine);
-  cost = mean loss / period;
-- interleaved phases: alternating ``stop``/``start`` phases of one period each, comparing mean
-  iteration rates (noisier; printed as a cross-check).
+- interleaved: 1 - mean(on rate) / mean(off rate);
+- per window: main-loop time lost in the 3 s around each window against the 2 s before it,
+  summed over the "on" time (robust to the slow drifts of a shared machine), and the agent's
+  own estimate (``cost_s`` of each window message).
+
+``--size 64`` (default) is a pathological target: ~1M profiler events/s from tiny ops on two
+threads; ``--size 256`` has bigger ops (~70k events/s), closer to a real model.
 """
 
 from __future__ import annotations
@@ -58,9 +61,11 @@ def main() -> int:
     ap.add_argument("--window", type=float, default=None)
     ap.add_argument("--period", type=float, default=None)
     ap.add_argument("--max-events", type=int, default=None)
-    ap.add_argument("--duration", type=float, default=120.0, help="seconds of profiling")
     ap.add_argument("--size", type=int, default=64)
     ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--off", type=float, default=40.0, help="seconds of each phase without profiling")
+    ap.add_argument("--on", type=float, default=80.0, help="seconds of each phase with profiling")
+    ap.add_argument("--rounds", type=int, default=2)
     args = ap.parse_args()
 
     tag = "%d-%d" % (os.getpid(), time.time())
@@ -71,77 +76,84 @@ def main() -> int:
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
     windows: list[dict] = []
+    phases: list[tuple[bool, float, float]] = []
     try:
         time.sleep(5)
-        sock = P.connect(P.socket_path(proc.pid, os.geteuid()), timeout=30)
-        P.send_msg(sock, {"cmd": "hello", "client": "bench"})
-        P.recv_msg(sock)
+        path = P.socket_path(proc.pid, os.geteuid())
         cfg: dict = {"cmd": "configure"}
         for key, value in (("window_s", args.window), ("period_s", args.period), ("max_events", args.max_events)):
             if value is not None:
                 cfg[key] = value
-        P.send_msg(sock, cfg)
-        config = P.recv_msg(sock)["config"]
-        period = config["period_s"]
-        print("config", {k: config[k] for k in ("window_s", "period_s", "max_events")}, flush=True)
-
-        def drain() -> None:
-            try:
-                while True:
-                    m = P.recv_msg(sock)
-                    if m.get("type") == "window":
-                        windows.append(m)
-            except P.ProtocolError:
-                pass
-
-        threading.Thread(target=drain, daemon=True).start()
-        phases = []  # (on, t0, t1)
-        t_end = time.time() + args.duration
-        on = False
-        while time.time() < t_end:
-            P.send_msg(sock, {"cmd": "start" if on else "stop"})
+        config = None
+        for r in range(args.rounds):
             t0 = time.time()
-            time.sleep(period)
-            phases.append((on, t0, time.time()))
-            on = not on
-        P.send_msg(sock, {"cmd": "detach"})
-        time.sleep(1.0)
-        sock.close()
+            time.sleep(args.off)
+            phases.append((False, t0, time.time()))
+            sock = P.connect(path, timeout=30)
+            P.send_msg(sock, {"cmd": "hello", "client": "bench"})
+            P.recv_msg(sock)
+            P.send_msg(sock, cfg)
+            config = P.recv_msg(sock)["config"]
+            P.send_msg(sock, {"cmd": "start"})
+
+            def drain(sock=sock) -> None:
+                try:
+                    while True:
+                        try:
+                            m = P.recv_msg(sock)
+                        except P.MessageTimeout:
+                            continue
+                        if m.get("type") == "window":
+                            windows.append(m)
+                except P.ProtocolError:
+                    pass
+
+            th = threading.Thread(target=drain, daemon=True)
+            th.start()
+            t0 = time.time()
+            time.sleep(args.on)
+            phases.append((True, t0, time.time()))
+            P.send_msg(sock, {"cmd": "detach"})
+            time.sleep(1.0)
+            sock.close()
+        t0 = time.time()
+        time.sleep(args.off)
+        phases.append((False, t0, time.time()))
     finally:
         proc.terminate()
-        out, err = proc.communicate(timeout=30)
+        out, err = proc.communicate(timeout=60)
     ts, cs = load_trace(trace)
     for p in (counter, trace):
         try:
             os.unlink(p)
         except OSError:
             pass
+    print("config", {k: config[k] for k in ("window_s", "period_s", "max_events")} if config else None)
     if out or err:
         print("TARGET OUTPUT (must be empty):", out[-300:], err[-1000:])
 
-    losses = []
+    rates = {True: [], False: []}
+    for on, t0, t1 in phases:
+        rate = (count_at(ts, cs, t1) - count_at(ts, cs, t0)) / (t1 - t0)
+        rates[on].append(rate)
+        print("%-3s %5.0f s  %8.0f it/s" % ("on" if on else "off", t1 - t0, rate))
+    off = sum(rates[False]) / len(rates[False])
+    onr = sum(rates[True]) / len(rates[True])
+    on_time = sum(t1 - t0 for on, t0, t1 in phases if on)
+
+    lost = 0.0
     for w in windows:
         ws = w["t_start"]
         base = (count_at(ts, cs, ws - 0.5) - count_at(ts, cs, ws - 2.5)) / 2.0
         got = count_at(ts, cs, ws + 2.5) - count_at(ts, cs, ws - 0.5)
-        if base <= 0:
-            continue
-        loss = (base * 3.0 - got) / base
-        losses.append(loss)
-        print("window %3d events %6d%s len %.3f s  lost %.3f s of main-loop time" % (
-            w["seq"], w["events"], "*" if w["truncated"] else " ", w["t_end"] - w["t_start"], loss))
-    if losses:
-        mean = sum(losses) / len(losses)
-        print("per-window: mean loss %.3f s per window -> cost %.2f %% at period %.1f s" % (
-            mean, 100.0 * mean / period, period))
-    rates = {True: [], False: []}
-    for on, t0, t1 in phases[1:]:
-        rates[on].append((count_at(ts, cs, t1) - count_at(ts, cs, t0)) / (t1 - t0))
-    if rates[True] and rates[False]:
-        off = sum(rates[False]) / len(rates[False])
-        onr = sum(rates[True]) / len(rates[True])
-        print("phases: off %.0f it/s, on %.0f it/s -> cost %.2f %% (%d+%d phases)" % (
-            off, onr, 100.0 * (off - onr) / off, len(rates[False]), len(rates[True])))
+        loss = (base * 3.0 - got) / base if base > 0 else 0.0
+        lost += loss
+        print("window %3d events %6d%s  agent's estimate %.3f s, measured loss %.3f s" % (
+            w["seq"], w["events"], "*" if w["truncated"] else " ", w.get("cost_s", 0.0), loss))
+    estimate = sum(w.get("cost_s", 0.0) for w in windows)
+    print("interleaved: off %.0f it/s, on %.0f it/s -> cost %.2f %%" % (off, onr, 100.0 * (off - onr) / off))
+    print("per window: %d windows in %.0f s on: measured loss %.2f s -> %.2f %%; agent's estimate %.2f %%" % (
+        len(windows), on_time, lost, 100.0 * lost / on_time, 100.0 * estimate / on_time))
     return 0
 
 

@@ -102,11 +102,13 @@ def start_target(
     env: dict[str, str] | None = None,
     status_flag: str | None = None,
     ready_key: str | None = None,
+    prefix: list[str] | None = None,
+    status_dir: str | None = None,
 ) -> Target:
-    status = str(tmp_path / ("status-%d.json" % time.monotonic_ns()))
+    status = os.path.join(status_dir or str(tmp_path), "status-%d.json" % time.monotonic_ns())
     flag = status_flag or ("--counter" if script == "torch_loop.py" else "--status")
     proc = subprocess.Popen(
-        [python, str(TARGETS / script), flag, status, *args],
+        [python, *(prefix or []), str(TARGETS / script), flag, status, *args],
         cwd=str(tmp_path),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,

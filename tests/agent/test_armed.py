@@ -35,7 +35,7 @@ def window_cycle(path: str) -> dict:
 
 @pytest.mark.slow
 def test_arm_keeps_listening_across_clients(targets):
-    target = targets(args=("--workers", "1", "--arm"))
+    target = targets(args=("--workers", "1", "--arm", "--size", "256"))
     path = P.socket_path(target.pid, os.geteuid())
     assert wait_until(lambda: os.path.exists(path), 10)
     hello = window_cycle(path)
@@ -67,7 +67,8 @@ def pth_runner(tmp_path: Path) -> list[str]:
 def start_with_pth(tmp_path: Path, env: dict) -> tuple[subprocess.Popen, str]:
     status = str(tmp_path / "status.json")
     proc = subprocess.Popen(
-        [*pth_runner(tmp_path), str(TARGETS / "torch_loop.py"), "--counter", status, "--workers", "1"],
+        [*pth_runner(tmp_path), str(TARGETS / "torch_loop.py"), "--counter", status, "--workers", "1",
+         "--size", "256"],
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
     assert wait_until(lambda: os.path.exists(status) or proc.poll() is not None, 60)

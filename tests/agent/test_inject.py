@@ -109,7 +109,7 @@ def test_inject_profile_detach_leaves_nothing(targets):
 
 def test_twenty_cycles_leave_no_growth(targets):
     """A target that already used torch.profiler: every cycle ends with exactly its threads."""
-    target = targets(args=("--workers", "1", "--warm-profiler"))
+    target = targets(args=("--workers", "1", "--warm-profiler", "--size", "256"))
     time.sleep(0.5)
     base_threads = threads(target.pid)
     base_fds, base_sockets = fds(target.pid), sockets(target.pid)
@@ -132,9 +132,9 @@ def test_twenty_cycles_leave_no_growth(targets):
         assert wait_until(lambda: fds(target.pid) == base_fds, 5), (cycle, fds(target.pid), base_fds)
         assert sockets(target.pid) == base_sockets
         rss.append(rss_kb(target.pid))
-    # memory: the first cycles warm caches (allocator arenas, code objects); later ones add
-    # nothing beyond noise
-    assert rss[-1] - rss[4] < 8 * 1024, rss
+    # memory: the first cycles warm caches (allocator arenas); later ones add noise, and the
+    # ~0.3 MB of each injection's code until the target's next full gc.collect()
+    assert rss[-1] - rss[2] < 12 * 1024, rss
     out, err = target.stop()
     assert out == "" and err == ""
 
@@ -338,5 +338,52 @@ def test_peer_of_another_user_gets_no_reply(targets):
     client = Client(path)
     assert client.call("hello", client="t")["armed"] is True
     client.close()
+    out, err = target.stop()
+    assert out == "" and err == ""
+
+
+@pytest.mark.skipif(not _nobody_can_run_python(), reason="user nobody cannot run the venv's python here")
+def test_root_injects_into_another_users_process(targets):
+    """root may inject anywhere: the socket directory and boot file are made for the target's
+    user, and the agent (running as that user) talks to root."""
+    import tempfile
+
+    status_dir = tempfile.mkdtemp(prefix="infertop-test-")
+    os.chmod(status_dir, 0o777)  # the target, as nobody, writes its status file here
+    target = targets(
+        "spans_target.py",
+        python="setpriv",
+        env=clean_env(PYTHONPATH=str(ROOT)),
+        prefix=["--reuid=65534", "--regid=65534", "--clear-groups", VENV_PY],
+        status_dir=status_dir,
+    )
+    result = inject(target.pid, require_torch=False)
+    assert result.ok, result.reason
+    assert result.socket_path == P.socket_path(target.pid, 65534)
+    st = os.stat(os.path.dirname(result.socket_path))
+    assert (st.st_uid, st.st_mode & 0o777) == (65534, 0o700)
+    assert os.stat(result.socket_path).st_uid == 65534
+    client = Client(result.socket_path)
+    assert client.call("hello", client="root")["pid"] == target.pid
+    client.call("detach")
+    client.close()
+    assert wait_until(lambda: not os.path.exists(result.socket_path), 5)
+    assert not os.path.exists(os.path.dirname(result.socket_path))  # removed when empty
+    out, err = target.stop()
+    shutil.rmtree(status_dir, ignore_errors=True)
+    assert out == "" and err == ""
+
+
+def test_stopped_process_is_refused(targets):
+    import signal
+
+    target = targets(args=("--workers", "0",))
+    os.kill(target.pid, signal.SIGSTOP)
+    try:
+        assert wait_until(lambda: open("/proc/%d/stat" % target.pid).read().rsplit(")", 1)[1].split()[0] == "T", 5)
+        result = inject(target.pid)
+        assert not result.ok and result.kind == "unsupported" and "stopped" in result.reason
+    finally:
+        os.kill(target.pid, signal.SIGCONT)
     out, err = target.stop()
     assert out == "" and err == ""
