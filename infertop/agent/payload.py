@@ -485,11 +485,13 @@ def format_shapes(shapes, dtypes):
     return text if len(text) <= 96 else text[:93] + "..."
 
 
-def kineto_events(results_events, limit, record_shapes):
+def kineto_events(results_events, limit, record_shapes, end_ns=None):
     """Event tuples from ``prof.kineto_results.events()`` (``_KinetoEvent`` objects).
 
     Only the first ``limit`` events are read. Uses ``activity_type()`` where this torch has it,
-    else infers the kind from the device type and the name.
+    else infers the kind from the device type and the name. ``end_ns``: when the profiler
+    stopped; an op still running then has no real end (torch reports a wrapped-around
+    duration), so durations are clamped to it.
     """
     out = []
     append = out.append
@@ -501,28 +503,25 @@ def kineto_events(results_events, limit, record_shapes):
     has_resource = hasattr(cls, "device_resource_id")
     ns = hasattr(cls, "start_ns")
     for e in evs:
-        if has_activity:
-            kind = e.activity_type()
+        kind = e.activity_type() if has_activity else _guess_kind(e)
+        cpu = kind in CPU_KINDS
+        if not cpu and kind not in GPU_KINDS and kind not in RUNTIME_KINDS and kind != "cuda_sync":
+            continue
+        if ns:
+            start = e.start_ns()
+            dur = e.duration_ns()
         else:
-            kind = _guess_kind(e)
-        if kind in CPU_KINDS:
+            start = e.start_us() * 1000
+            dur = e.duration_us() * 1000
+        if end_ns is not None and (dur < 0 or start + dur > end_ns):
+            dur = end_ns - start if end_ns > start else 0
+        if cpu:
             shapes = None
             if record_shapes and kind == "cpu_op":
                 shapes = format_shapes(e.shapes(), e.dtypes())
-            append(
-                (
-                    kind,
-                    e.name(),
-                    e.device_resource_id() if has_resource else e.start_thread_id(),
-                    e.start_ns() if ns else e.start_us() * 1000,
-                    e.duration_ns() if ns else e.duration_us() * 1000,
-                    e.correlation_id(),
-                    0,
-                    0,
-                    shapes,
-                )
-            )
-        elif kind in GPU_KINDS or kind in RUNTIME_KINDS or kind == "cuda_sync":
+            tid = e.device_resource_id() if has_resource else e.start_thread_id()
+            append((kind, e.name(), tid, start, dur, e.correlation_id(), 0, 0, shapes))
+        else:
             nbytes = 0
             if kind == "gpu_memcpy" or kind == "gpu_memset":
                 try:
@@ -530,19 +529,8 @@ def kineto_events(results_events, limit, record_shapes):
                     nbytes = int(m.group(1)) if m else 0
                 except Exception:
                     nbytes = 0
-            append(
-                (
-                    kind,
-                    e.name(),
-                    e.device_resource_id() if has_resource else 0,
-                    e.start_ns() if ns else e.start_us() * 1000,
-                    e.duration_ns() if ns else e.duration_us() * 1000,
-                    e.correlation_id(),
-                    e.linked_correlation_id(),
-                    nbytes,
-                    None,
-                )
-            )
+            stream = e.device_resource_id() if has_resource else 0
+            append((kind, e.name(), stream, start, dur, e.correlation_id(), e.linked_correlation_id(), nbytes, None))
     return out
 
 
@@ -1086,6 +1074,28 @@ class _Agent:
 
         atexit.register(self._atexit)
         self.atexit_registered = True
+        if self.mode == "armed" and hasattr(os, "register_at_fork"):
+            # an armed agent lives as long as the process: registering once is no leak
+            os.register_at_fork(after_in_child=self._after_fork_in_child)
+
+    def _after_fork_in_child(self):
+        """A forked child (a DataLoader worker, a pre-fork server worker) is not armed: it drops
+        its copies of the agent's sockets (the parent's socket file stays the parent's) and
+        forgets the agent; inject into it to profile it."""
+        self.stop_requested = True
+        self.path = None
+        for sock in (self.listener, self.client):
+            if sock is not None:
+                try:
+                    sock.close()
+                except OSError:
+                    pass
+        self.listener = None
+        self.client = None
+        self.window = None
+        mod = sys.modules.get(REGISTRY_KEY)
+        if mod is not None and getattr(mod, "agent", None) is self:
+            sys.modules.pop(REGISTRY_KEY, None)
 
     def _unregister(self):
         mod = sys.modules.get(REGISTRY_KEY)
@@ -1563,6 +1573,7 @@ class _Agent:
         except Exception as exc:
             self._send({"type": "status", "state": "window-failed", "message": "profiler stop failed: %s" % exc})
             return
+        stopped_ns = time.time_ns()
         if not send:
             del raw
             _trim_heap()
@@ -1577,13 +1588,13 @@ class _Agent:
                 t_end = raw[max_events].start_ns() / 1e9
             elif n:
                 # events recorded while the profiler was being stopped belong to the window
-                last = max(e.start_ns() + e.duration_ns() for e in raw[-64:]) / 1e9
+                last = max(min(e.start_ns() + e.duration_ns(), stopped_ns) for e in raw[-64:]) / 1e9
                 if last > t_end:
                     t_end = last
         except Exception:
             pass
         try:
-            events = kineto_events(raw, max_events, window.record_shapes)
+            events = kineto_events(raw, max_events, window.record_shapes, end_ns=stopped_ns)
             del raw
             body = reduce_events(events, t_start, t_end, device_profiled=window.use_cuda)
         except Exception as exc:

@@ -167,3 +167,25 @@ def test_payload_is_self_contained_on_every_python(tmp_path, version):
     assert err["type"] == "error" and "unknown command" in err["message"]
     assert err2["type"] == "error" and "protocol error" in err2["message"]
     assert not infertop_imported
+
+
+def test_forked_child_of_an_armed_process_is_not_armed(tmp_path):
+    code = r"""
+import json, os, sys, threading
+from infertop.agent import arm, armed_agent
+path = arm()
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    info = [armed_agent() is None, [t.name for t in threading.enumerate()], os.path.exists(path)]
+    os.write(w, json.dumps(info).encode())
+    os._exit(0)
+os.waitpid(pid, 0)
+child = json.loads(os.read(r, 4096))
+print(json.dumps([child, armed_agent() is not None, os.path.exists(path)]))
+"""
+    r = subprocess.run([VENV_PY, "-c", code], capture_output=True, text=True, env=clean_env(), timeout=60)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    (child_unarmed, child_threads, path_seen_by_child), parent_armed, path_exists = json.loads(r.stdout)
+    assert child_unarmed and "infertop-agent" not in child_threads
+    assert path_seen_by_child and parent_armed and path_exists  # the parent's socket is untouched

@@ -311,3 +311,55 @@ def test_kineto_events_from_a_real_profile():
     assert mm[3] == 3 and mm[6] == "float[16, 32], float[32, 8]"
     assert [a[0] for a in body["annotations"]] == ["infertop:forward"]
     assert PL.kineto_events(raw, 5, False) and len(PL.kineto_events(raw, 5, False)) <= 5
+
+
+class FakeKinetoEvent:
+    """Stands in for torch's _KinetoEvent (same method names) to pin down the extraction."""
+
+    def __init__(self, kind, name, start, dur, tid=7, corr=1, link=0, meta=""):
+        self._v = (kind, name, start, dur, tid, corr, link, meta)
+
+    def activity_type(self):
+        return self._v[0]
+
+    def name(self):
+        return self._v[1]
+
+    def start_ns(self):
+        return self._v[2]
+
+    def duration_ns(self):
+        return self._v[3]
+
+    def device_resource_id(self):
+        return self._v[4]
+
+    def correlation_id(self):
+        return self._v[5]
+
+    def linked_correlation_id(self):
+        return self._v[6]
+
+    def metadata_json(self):
+        return self._v[7]
+
+    def shapes(self):
+        return [[2, 3]]
+
+    def dtypes(self):
+        return ["float"]
+
+
+def test_kineto_events_clamps_unfinished_ops_and_reads_bytes():
+    evs = [
+        FakeKinetoEvent("cpu_op", "aten::mm", 1_000, 500),
+        FakeKinetoEvent("cpu_op", "aten::still_running", 2_000, 2**64 - 1_000),  # wrapped around
+        FakeKinetoEvent("gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", 3_000, 100, link=1,
+                        meta='"device": 0, "bytes": 4096, "memory bandwidth (GB/s)": 1.0'),  # fmt: skip
+        FakeKinetoEvent("python_function", "ignored", 0, 1),
+    ]
+    out = PL.kineto_events(evs, 100, record_shapes=True, end_ns=10_000)
+    assert [e[1] for e in out] == ["aten::mm", "aten::still_running", "Memcpy HtoD (Pinned -> Device)"]
+    assert out[0][4] == 500 and out[0][8] == "float[2, 3]"
+    assert out[1][4] == 8_000
+    assert out[2][7] == 4096 and out[2][6] == 1
