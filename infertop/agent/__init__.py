@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
 from typing import Any
 
 __all__ = ["arm", "arm_from_env", "armed_agent", "payload_source"]
@@ -28,7 +27,7 @@ def armed_agent() -> Any | None:
     return None
 
 
-def arm(*, idle_exit_s: float = 20.0) -> str:
+def arm() -> str:
     """Start the agent in this process in "armed" mode; returns its socket path.
 
     Call it from the main thread (the one that imported torch, if torch is imported yet): the
@@ -42,13 +41,11 @@ def arm(*, idle_exit_s: float = 20.0) -> str:
     from infertop.agent.payload import payload_source
 
     namespace: dict[str, Any] = {"__name__": REGISTRY_KEY}
-    code = compile(payload_source(mode="armed", idle_exit_s=idle_exit_s), "<infertop-agent>", "exec")
+    code = compile(payload_source(mode="armed"), "<infertop-agent>", "exec")
     exec(code, namespace)
     agent = armed_agent()
     if agent is None:  # pragma: no cover - the payload raises in armed mode instead
         raise RuntimeError("the infertop agent did not start")
-    if threading.current_thread() is not threading.main_thread():
-        pass  # allowed, but the warm-up then ran on this thread, not the one that imported torch
     return str(agent.path)
 
 

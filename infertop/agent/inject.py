@@ -49,6 +49,7 @@ UNSUPPORTED = "unsupported"  # not Python, Python too old, unsupported machine
 NO_TORCH = "no_torch"  # torch not imported (yet)
 NO_TOOL = "no_tool"  # gdb needed but missing
 TIMEOUT = "timeout"  # the main thread never reached a safe point in time
+BUSY = "busy"  # an agent is there but serves another client (another infertop)
 FAILED = "failed"  # anything else
 
 MIN_PYTHON = (3, 8)
@@ -160,7 +161,8 @@ def python_info(pid: int) -> PythonInfo | None:
 
 
 def probe_agent(path: str, timeout: float = 1.0) -> dict | None:
-    """The hello of an agent listening at ``path``, or None.
+    """The hello of an agent listening at ``path`` (or its error reply when it is busy with
+    another client), or None when nothing answers.
 
     Saying hello is harmless: only a client that configured or started something ends an
     injected agent's session by leaving.
@@ -172,7 +174,7 @@ def probe_agent(path: str, timeout: float = 1.0) -> dict | None:
     try:
         protocol.send_msg(sock, {"cmd": "hello", "client": "infertop-inject"})
         reply = protocol.recv_msg(sock)
-        return reply if reply.get("type") == "hello" else None
+        return reply if reply.get("type") in ("hello", "error") else None
     except protocol.ProtocolError:
         return None
     finally:
@@ -261,6 +263,13 @@ def _inject(
         path = protocol.socket_path(pid, uid)
     if os.path.exists(path):
         hello = probe_agent(path)
+        if hello is not None and hello.get("type") == "error":
+            return _fail(
+                BUSY,
+                "pid %d already has an agent serving another client (another infertop is "
+                "attached): %s" % (pid, hello.get("message")),
+                t0,
+            )
         if hello is not None and hello.get("pid") is not None:
             return InjectResult(
                 True,
@@ -364,6 +373,10 @@ def _inject(
         )
     finally:
         _remove(boot_file)
+        try:
+            os.rmdir(socket_dir)  # only if empty: nothing of ours stays behind a failure
+        except OSError:
+            pass
 
 
 def _proc_state(pid: int) -> str:

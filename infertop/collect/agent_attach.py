@@ -13,6 +13,7 @@ import queue
 import threading
 import time
 
+from infertop.collect.base import drain
 from infertop.collect.agent_client import AgentCollector, AgentConfig
 from infertop.model.events import CollectorStatus, Event, TargetInfo
 
@@ -85,12 +86,7 @@ class AgentAttach:
             self._inner.start()
 
     def poll(self) -> list[Event]:
-        out: list[Event] = []
-        while True:
-            try:
-                out.append(self._events.get_nowait())
-            except queue.Empty:
-                break
+        out: list[Event] = drain(self._events)
         inner = self._inner
         if inner is not None:
             out += inner.poll()

@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
+from infertop.collect.base import drain
 from infertop.model.events import CollectorStatus, Event, OpWindow, StageSpan, TargetInfo
 from infertop.record.format import decode_allocator, decode_op_window
 
@@ -224,12 +225,7 @@ class AgentCollector:
         self._thread.start()
 
     def poll(self) -> list[Event]:
-        out: list[Event] = []
-        while True:
-            try:
-                out.append(self._events.get_nowait())
-            except queue.Empty:
-                return out
+        return drain(self._events)
 
     def stop(self) -> None:
         """Detach (the thread sends ``detach`` and waits briefly for its reply) and close."""

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+import queue
+from typing import Any, Protocol, TypeVar
 
 from infertop.model.events import Event
 
@@ -18,3 +19,16 @@ class Collector(Protocol):
 
     def stop(self) -> None:
         """Stop and release everything; safe to call twice."""
+
+
+T = TypeVar("T")
+
+
+def drain(q: queue.SimpleQueue[T] | Any) -> list[T]:
+    """Everything waiting in a collector's event queue, without blocking."""
+    out: list[T] = []
+    while True:
+        try:
+            out.append(q.get_nowait())
+        except queue.Empty:
+            return out

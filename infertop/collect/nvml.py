@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from infertop.collect.base import drain
 from infertop.model.events import CollectorStatus
 from infertop.model.gpu import GpuDeviceReading, GpuReading
 
@@ -268,12 +269,7 @@ class NvmlCollector:
             self._stop.wait(self.interval)
 
     def poll(self) -> list[object]:
-        out: list[object] = []
-        while True:
-            try:
-                out.append(self._events.get_nowait())
-            except queue.Empty:
-                return out
+        return drain(self._events)
 
     def stop(self) -> None:
         self._stop.set()

@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 
 from infertop.collect.target import classify_pyspy_failure, find_pyspy, pid_alive
+from infertop.collect.base import drain
 from infertop.model.events import CollectorStatus, Frame, TargetExited
 
 _THREAD_RE = re.compile(r"^thread \((0x[0-9a-fA-F]+|\d+)\)(?:: (.*))?$")
@@ -137,12 +138,7 @@ class PySpyCollector:
         self._thread.start()
 
     def poll(self) -> list[object]:
-        out: list[object] = []
-        while True:
-            try:
-                out.append(self._events.get_nowait())
-            except queue.Empty:
-                return out
+        return drain(self._events)
 
     def stop(self) -> None:
         self._stop.set()

@@ -14,6 +14,7 @@ import pytest
 
 from conftest import ROOT, TARGETS, VENV_PY, Client, clean_env, pyenv_python, threads, wait_until
 from infertop.agent import protocol as P
+from infertop.agent.inject import inject
 from infertop.agent.payload import payload_source
 
 PTH = ROOT / "infertop" / "agent" / "infertop-agent.pth"
@@ -38,6 +39,13 @@ def test_arm_keeps_listening_across_clients(targets):
     target = targets(args=("--workers", "1", "--arm", "--size", "256"))
     path = P.socket_path(target.pid, os.geteuid())
     assert wait_until(lambda: os.path.exists(path), 10)
+    result = inject(target.pid)
+    assert result.ok and result.method == "armed" and result.socket_path == path
+    busy = Client(path)
+    busy.call("hello", client="first")
+    result = inject(target.pid)  # a second infertop while the first is attached
+    assert not result.ok and result.kind == "busy" and "another client" in result.reason
+    busy.close()
     hello = window_cycle(path)
     assert hello["armed"] is True and hello["torch"] and hello["all_threads"] is True
     time.sleep(0.5)
