@@ -66,7 +66,7 @@ MIN_WINDOW_S = 0.1
 #: The share of the target's time windows may cost: when one window's measured cost (its
 #: profiling slowdown plus the stop/read/reduce time, during which the target's Python threads
 #: mostly wait for the GIL) exceeds COST_BUDGET * period_s, the next window waits longer.
-COST_BUDGET = 0.02
+COST_BUDGET = 0.015
 WINDOW_SLOWDOWN = 0.3  # assumed slowdown of the target while a window records
 LIMITS = {
     "window_s": (MIN_WINDOW_S, 10.0),
