@@ -35,15 +35,16 @@ sys.path.insert(0, str(ROOT))
 from infertop.agent import protocol as P  # noqa: E402
 
 
-def load_trace(path: str) -> tuple[list[float], list[int]]:
-    ts, cs = [], []
+def load_trace(path: str) -> tuple[list[float], list[int], list[float]]:
+    ts, cs, cpu = [], [], []
     with open(path) as fh:
         for line in fh:
             parts = line.split()
-            if len(parts) == 2:
+            if len(parts) == 3:
                 ts.append(float(parts[0]))
                 cs.append(int(parts[1]))
-    return ts, cs
+                cpu.append(float(parts[2]))
+    return ts, cs, cpu
 
 
 def count_at(ts: list[float], cs: list[int], t: float) -> float:
@@ -54,6 +55,16 @@ def count_at(ts: list[float], cs: list[int], t: float) -> float:
         return cs[-1]
     t0, t1, c0, c1 = ts[i - 1], ts[i], cs[i - 1], cs[i]
     return c0 + (c1 - c0) * (t - t0) / (t1 - t0) if t1 > t0 else c1
+
+
+def thread_cpu(pid: int, tid: int) -> float:
+    """utime + stime of one thread, in seconds."""
+    try:
+        with open("/proc/%d/task/%d/stat" % (pid, tid)) as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
 
 
 def main() -> int:
@@ -77,6 +88,7 @@ def main() -> int:
     )  # fmt: skip
     windows: list[dict] = []
     phases: list[tuple[bool, float, float]] = []
+    agent_cpu = 0.0
     try:
         time.sleep(5)
         path = P.socket_path(proc.pid, os.geteuid())
@@ -91,7 +103,8 @@ def main() -> int:
             phases.append((False, t0, time.time()))
             sock = P.connect(path, timeout=30)
             P.send_msg(sock, {"cmd": "hello", "client": "bench"})
-            P.recv_msg(sock)
+            agent_tid = P.recv_msg(sock)["agent_tid"]
+            cpu0 = thread_cpu(proc.pid, agent_tid)
             P.send_msg(sock, cfg)
             config = P.recv_msg(sock)["config"]
             P.send_msg(sock, {"cmd": "start"})
@@ -116,13 +129,14 @@ def main() -> int:
             P.send_msg(sock, {"cmd": "detach"})
             time.sleep(1.0)
             sock.close()
+            agent_cpu += thread_cpu(proc.pid, agent_tid) - cpu0
         t0 = time.time()
         time.sleep(args.off)
         phases.append((False, t0, time.time()))
     finally:
         proc.terminate()
         out, err = proc.communicate(timeout=60)
-    ts, cs = load_trace(trace)
+    ts, cs, cpu = load_trace(trace)
     for p in (counter, trace):
         try:
             os.unlink(p)
@@ -133,10 +147,16 @@ def main() -> int:
         print("TARGET OUTPUT (must be empty):", out[-300:], err[-1000:])
 
     rates = {True: [], False: []}
+    cpu_per_it = {True: [0.0, 0.0], False: [0.0, 0.0]}  # main-thread CPU seconds, iterations
     for on, t0, t1 in phases:
-        rate = (count_at(ts, cs, t1) - count_at(ts, cs, t0)) / (t1 - t0)
+        its = count_at(ts, cs, t1) - count_at(ts, cs, t0)
+        rate = its / (t1 - t0)
         rates[on].append(rate)
-        print("%-3s %5.0f s  %8.0f it/s" % ("on" if on else "off", t1 - t0, rate))
+        used = count_at(ts, cpu, t1) - count_at(ts, cpu, t0)
+        cpu_per_it[on][0] += used
+        cpu_per_it[on][1] += its
+        print("%-3s %5.0f s  %8.0f it/s  %6.2f µs of main-thread CPU per iteration" % (
+            "on" if on else "off", t1 - t0, rate, 1e6 * used / max(its, 1)))
     off = sum(rates[False]) / len(rates[False])
     onr = sum(rates[True]) / len(rates[True])
     on_time = sum(t1 - t0 for on, t0, t1 in phases if on)
@@ -154,6 +174,12 @@ def main() -> int:
     print("interleaved: off %.0f it/s, on %.0f it/s -> cost %.2f %%" % (off, onr, 100.0 * (off - onr) / off))
     print("per window: %d windows in %.0f s on: measured loss %.2f s -> %.2f %%; agent's estimate %.2f %%" % (
         len(windows), on_time, lost, 100.0 * lost / on_time, 100.0 * estimate / on_time))
+    print("agent thread CPU: %.2f s in %.0f s on -> %.2f %% of a core (it holds the GIL for most of it)" % (
+        agent_cpu, on_time, 100.0 * agent_cpu / on_time))
+    inflation = (cpu_per_it[True][0] / cpu_per_it[True][1]) / (cpu_per_it[False][0] / cpu_per_it[False][1]) - 1
+    print("main-thread CPU per iteration: %+.2f %% while profiling is on (recording overhead)" % (100 * inflation))
+    print("CPU model (robust to a noisy machine): recording overhead + the agent's GIL-holding "
+          "work = %.2f %% of a GIL-bound target's throughput" % (100 * inflation + 100.0 * agent_cpu / on_time))
     return 0
 
 

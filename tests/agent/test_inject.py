@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import (
+from agenthelpers import (
     ROOT,
     SITE_PACKAGES,
     VENV_PY,

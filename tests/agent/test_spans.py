@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, VENV_PY, Client, clean_env, pyenv_python, wait_until
+from agenthelpers import ROOT, VENV_PY, Client, clean_env, pyenv_python, wait_until
 from infertop.agent import payload as PL
 from infertop.agent.inject import inject
 

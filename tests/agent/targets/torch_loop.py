@@ -29,7 +29,7 @@ def main() -> int:
     ap.add_argument("--block-main", type=float, default=0.0,
                     help="after start-up, block the main thread in one C call for this long")
     ap.add_argument("--size", type=int, default=64)
-    ap.add_argument("--trace", help="append 'time count' of the main loop every 20 ms to this file")
+    ap.add_argument("--trace", help="append 'time count cpu' of the main loop every 20 ms to this file")
     ap.add_argument("--warm-profiler", action="store_true",
                     help="run one torch.profiler session first (as if the target used it)")
     args = ap.parse_args()
@@ -109,7 +109,7 @@ def main() -> int:
             write_counter()
         if trace is not None and now - last_trace >= 0.02:
             last_trace = now
-            trace.write("%.4f %d\n" % (time.time(), counts["main"]))
+            trace.write("%.4f %d %.6f\n" % (time.time(), counts["main"], time.thread_time()))
     for t in threads:
         t.join()
     write_counter()
