@@ -52,9 +52,16 @@ def _add_collect_flags(p: argparse.ArgumentParser) -> None:
         "--config", metavar="FILE", help="TOML config with [collect], [stages] and [findings]"
     )
     p.add_argument(
+        "--inject",
+        action="store_true",
+        help="EXPERIMENTAL: inject the in-process agent (torch ops, kernels, stage latencies). "
+        "Off by default: a target crashed once under heavy load in testing (torch 2.13 "
+        "profiler across threads); do not use on production yet",
+    )
+    p.add_argument(
         "--no-inject",
         action="store_true",
-        help="no in-process agent: py-spy only (no torch ops, kernels or stage latencies)",
+        help="no in-process agent: py-spy only (today's default)",
     )
     p.add_argument(
         "--profile-window",
@@ -162,8 +169,9 @@ def _collectors(target, args: argparse.Namespace, cfg):  # type: ignore[no-untyp
 
     collectors: list = [PySpyCollector(target.pid, cfg.collect.rate_hz, cfg.collect.window_s)]
     statuses = []
-    if getattr(args, "no_inject", False):
-        statuses.append(CollectorStatus(time.time(), "agent", "unavailable", "off (--no-inject)"))
+    if getattr(args, "no_inject", False) or not getattr(args, "inject", False):
+        why = "off (--no-inject)" if getattr(args, "no_inject", False) else "off (experimental: --inject)"
+        statuses.append(CollectorStatus(time.time(), "agent", "unavailable", why))
         return collectors, statuses
     agent = replace(AGENT_DEFAULTS, stage_functions=tuple(cfg.stage_rules))
     window, period = getattr(args, "profile_window", None), getattr(args, "profile_period", None)
@@ -214,7 +222,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
     return _live(inspect_target(args.pid), args, args.record)
 
 
-def _start_child(cmd: Sequence[str], log_path: str):  # type: ignore[no-untyped-def]
+def _start_child(cmd: Sequence[str], log_path: str, args: argparse.Namespace):  # type: ignore[no-untyped-def]
     import subprocess
 
     # the child arms the agent at start-up: our sitecustomize (first on its path) imports
@@ -224,7 +232,9 @@ def _start_child(cmd: Sequence[str], log_path: str):  # type: ignore[no-untyped-
     pkg_parent = os.path.dirname(os.path.dirname(infertop.__file__))
     site_dir = os.path.join(pkg_parent, "infertop", "agent", "_site")
     path = os.pathsep.join(p for p in (site_dir, pkg_parent, os.environ.get("PYTHONPATH")) if p)
-    env = dict(os.environ, INFERTOP_AGENT="1", PYTHONPATH=path)
+    env = dict(os.environ, PYTHONPATH=path)
+    if getattr(args, "inject", False):
+        env["INFERTOP_AGENT"] = "1"
     log = open(log_path, "ab")
     try:
         return subprocess.Popen(
@@ -284,7 +294,7 @@ def _stop_child(proc) -> None:  # type: ignore[no-untyped-def]
 
 
 def _run_child(cmd: Sequence[str], args: argparse.Namespace, log_path: str) -> int:
-    proc = _start_child(cmd, log_path)
+    proc = _start_child(cmd, log_path, args)
     try:
         target = _wait_attachable(proc, log_path)
         return _live(target, args, args.record)
@@ -305,7 +315,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     import tempfile
 
     _need_tty("demo")
-    args.stage, args.config, args.rate, args.no_inject = [], None, None, False
+    args.stage, args.config, args.rate, args.no_inject, args.inject = [], None, None, False, False
     args.profile_window = args.profile_period = None
     args.record_shapes = False
     cmd = [sys.executable, "-m", "samples.textgen_service"]

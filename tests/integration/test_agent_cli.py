@@ -51,7 +51,7 @@ def test_injected_agent_brings_torch_ops_and_leaves_nothing(tmp_path, sample: st
         before, twin_before = rates(truth, twin_truth, 4)
         out = str(tmp_path / "a.infertop")
         p = infertop("record", str(target.pid), "-o", out, "--duration", "12",
-                     "--profile-period", "2", "--profile-window", "0.3")  # fmt: skip
+                     "--inject", "--profile-period", "2", "--profile-window", "0.3")  # fmt: skip
         assert p.returncode == 0, p.stderr
         time.sleep(2)  # the agent stops within 1 s of detach; give the sample a moment
         after, twin_after = rates(truth, twin_truth, 4)
@@ -96,7 +96,7 @@ def test_target_without_torch_says_why(tmp_path, repo_root) -> None:
     target = start_target([str(repo_root / "tests/integration/targets/annotated.py")])
     try:
         out = str(tmp_path / "t.infertop")
-        assert infertop("record", str(target.pid), "-o", out, "--duration", "3").returncode == 0
+        assert infertop("record", str(target.pid), "-o", out, "--duration", "3", "--inject").returncode == 0
     finally:
         stop_target(target)
     from infertop.record.reader import read_recording

@@ -97,7 +97,7 @@ def test_demo_starts_the_sample_and_quitting_stops_it() -> None:
 
 def test_run_starts_the_command_shows_it_and_stops_it_on_quit(tmp_path) -> None:
     script = ROOT / "tests/integration/targets/annotated.py"
-    term = Tmux(f"cd {tmp_path} && {sys.executable} -m infertop run --record run.infertop -- {sys.executable} {script}")
+    term = Tmux(f"cd {tmp_path} && {sys.executable} -m infertop run --inject --record run.infertop -- {sys.executable} {script}")
     try:
         term.wait_for(lambda s: "ingest" in s and "crunch" in s, timeout=45)
         children = [
