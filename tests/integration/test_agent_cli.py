@@ -50,7 +50,7 @@ def test_injected_agent_brings_torch_ops_and_leaves_nothing(tmp_path, sample: st
         before_py = python_threads(target.pid)
         before, twin_before = rates(truth, twin_truth, 4)
         out = str(tmp_path / "a.infertop")
-        p = infertop("record", str(target.pid), "-o", out, "--duration", "12",
+        p = infertop("record", str(target.pid), "-o", out, "--duration", "20",
                      "--inject", "--profile-period", "2", "--profile-window", "0.3")  # fmt: skip
         assert p.returncode == 0, p.stderr
         time.sleep(2)  # the agent stops within 1 s of detach; give the sample a moment
