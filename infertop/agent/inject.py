@@ -283,7 +283,7 @@ def _inject(
     state = _proc_state(pid)
     if state in ("Z", "X"):
         return _fail(NOT_FOUND, "pid %d has exited" % pid, t0)
-    if state in ("T", "t"):
+    if _stays_stopped(pid):
         return _fail(
             UNSUPPORTED, "pid %d is stopped (SIGSTOP or a debugger); resume it first" % pid, t0
         )
@@ -385,6 +385,19 @@ def _proc_state(pid: int) -> str:
             return fh.read().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
         return "?"
+
+
+def _stays_stopped(pid: int, look_s: float = 0.2) -> bool:
+    """Stopped for good (SIGSTOP, a debugger at a breakpoint), not just for one of py-spy's
+    samples: a sampler stops the target for about a millisecond every 10 ms, so one look at
+    /proc can catch it; a process that is stopped at every look over ``look_s`` is stopped."""
+    deadline = time.monotonic() + look_s
+    while True:
+        if _proc_state(pid) not in ("T", "t"):
+            return False
+        if time.monotonic() >= deadline:
+            return True
+        time.sleep(0.005)
 
 
 def _root_prefix(pid: int) -> str:

@@ -36,6 +36,18 @@ def rates(path_a: str, path_b: str, seconds: float) -> tuple[float, float]:
     )
 
 
+def agent_statuses(path: str) -> list[tuple[float, str, str]]:
+    """What the agent's collector said over a recording: the first thing to read when ops are missing."""
+    from infertop.model.events import CollectorStatus
+    from infertop.record.reader import read_recording
+
+    return [
+        (round(e.t, 2), e.state, e.message)
+        for e in read_recording(path).events
+        if isinstance(e, CollectorStatus) and e.collector == "agent"
+    ]
+
+
 @pytest.mark.parametrize("sample", ["textgen_service", "copy_heavy", "python_loop"])
 def test_injected_agent_brings_torch_ops_and_leaves_nothing(tmp_path, sample: str) -> None:
     truth, twin_truth = str(tmp_path / "truth.json"), str(tmp_path / "twin.json")
@@ -69,7 +81,7 @@ def test_injected_agent_brings_torch_ops_and_leaves_nothing(tmp_path, sample: st
     assert after / before >= 0.85 * (twin_after / twin_before), (before, after, twin_before, twin_after)
     rep = report_json(out)
     aten = [o for o in rep["ops"] if o["name"].startswith("aten::")]
-    assert aten, rep["ops"][:5]
+    assert aten, (rep["ops"][:5], agent_statuses(out))
     assert rep["profiler"]["windows"] >= 1
     assert all(o.get("stage") == "forward" for o in aten[:5])
     if sample == "copy_heavy":
