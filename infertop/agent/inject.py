@@ -20,8 +20,9 @@ The bootstrap written into the target is ~250 bytes::
     except BaseException:
      pass
 
-and the payload frees those bytes as its first act (``munmap`` of the page the ptrace caller
-mapped, or ``PyMem_RawFree`` of gdb's ``PyMem_RawMalloc``). The boot file (mode 0600, in the
+and the payload frees those bytes as its first act (``munmap`` of the page the ptrace caller or
+gdb mapped with ``mmap``: a plain system call, where ``malloc`` could deadlock on an allocator
+lock held by the interrupted thread; that happened with gdb here). The boot file (mode 0600, in the
 private socket directory) carries a deadline: if the main thread reaches the pending call only
 after ``inject`` gave up (it was blocked in a long C call), the file is gone or the deadline
 passed and the bootstrap does nothing at all (the ~4 KiB page then stays mapped: the one leak,
@@ -531,9 +532,17 @@ def _gdb_escape(text: str) -> str:
     return text.replace("\\", "\\\\\\\\").replace('"', '\\\\\\"').replace("\n", "\\\\n").replace("%", "%%")
 
 
+GDB_MMAP = "((void *(*)(void *, unsigned long, int, int, int, long)) mmap)"
+GDB_PAGE = 4096
+
+
 def gdb_script(info: PythonInfo, inner_boot: str) -> tuple[str, int]:
-    """The gdb command file, and the length of the buffer it writes."""
-    boot = _bootstrap(inner_boot, "%#018lx", 0, "pymem")
+    """The gdb command file, and the length of the bootstrap it writes.
+
+    The bootstrap goes into a page from ``mmap`` (a plain system call: calling ``malloc`` could
+    deadlock on an allocator lock the interrupted thread holds), which the payload unmaps.
+    """
+    boot = _bootstrap(inner_boot, "%#018lx", GDB_PAGE, "munmap")
     length = len(boot.replace("%#018lx", "0x" + "0" * 16)) + 1  # the address: 18 characters
     # eval's format: the address goes in through %#018lx, so protect everything else
     literal = _gdb_escape(boot).replace("%%#018lx", "%#018lx")
@@ -541,9 +550,10 @@ def gdb_script(info: PythonInfo, inner_boot: str) -> tuple[str, int]:
     if info.shared:
         lines.append("sharedlibrary libpython3")
     lines += [
-        "set $infertop_p = (char *) PyMem_RawMalloc(%d)" % length,
-        "if $infertop_p == 0",
-        '  echo INFERTOP_ERROR malloc\\n',
+        "sharedlibrary libc\\.so",
+        "set $infertop_p = (char *) %s(0, %d, 3, 0x22, -1, 0)" % (GDB_MMAP, GDB_PAGE),
+        "if $infertop_p == 0 || $infertop_p == (char *) -1",
+        '  echo INFERTOP_ERROR mmap\\n',
         "  detach",
         "  quit",
         "end",
@@ -556,8 +566,39 @@ def gdb_script(info: PythonInfo, inner_boot: str) -> tuple[str, int]:
     return "\n".join(lines) + "\n", length
 
 
+def gdb_version(gdb: str) -> tuple[int, int] | None:
+    try:
+        out = subprocess.run([gdb, "--version"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    match = re.search(r"(\d+)\.(\d+)", out.splitlines()[0] if out else "")
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def cpu_has_amx() -> bool:
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("flags"):
+                    return "amx_tile" in line.split()
+    except OSError:
+        pass
+    return False
+
+
 def _via_gdb(pid: int, info: PythonInfo, inner_boot: str) -> InjectResult:
     gdb = find_gdb()
+    if gdb is not None and cpu_has_amx() and (gdb_version(gdb) or (0, 0)) < (15, 0):
+        # gdb < 15 restores registers with a too-small XSAVE buffer on AMX CPUs: the call may
+        # run and the interrupted thread's vector registers then stay clobbered. Never try.
+        return InjectResult(
+            False,
+            kind=UNSUPPORTED,
+            reason="gdb %s cannot safely call functions in a process on this CPU (AMX: it cannot "
+            "restore the full register state); use the built-in injector (the default on "
+            "x86-64) or gdb 15+" % ".".join(map(str, gdb_version(gdb) or ("?",))),
+            method="gdb",
+        )
     if gdb is None:
         return InjectResult(
             False,

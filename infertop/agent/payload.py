@@ -1123,9 +1123,22 @@ class _Agent:
     # -- the thread -------------------------------------------------------------------------
 
     def _run(self):
+        errors = []
         try:
             while not self.stop_requested:
-                self._step()
+                try:
+                    self._step()
+                except Exception as exc:
+                    # a bug of ours must not take the target down, nor leave profiling on:
+                    # end this session (the client is told) and keep serving; give up if it
+                    # keeps happening
+                    now = time.monotonic()
+                    errors[:] = [t for t in errors if now - t < 10.0] + [now]
+                    self._send({"type": "status", "state": "agent-error", "message": "agent error: %r" % (exc,)})
+                    self._detach()
+                    if len(errors) >= 5:
+                        break
+                    time.sleep(0.1)
         except BaseException:
             pass
         finally:

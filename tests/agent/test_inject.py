@@ -190,7 +190,7 @@ def test_main_thread_blocked_times_out_cleanly(targets):
     assert not result.ok and result.kind == "timeout", result
     assert "safe point" in result.reason
     assert time.monotonic() - t0 < 5
-    assert not [n for n in socket_dir_entries() if n.startswith("boot-")]
+    assert not [n for n in socket_dir_entries() if n.startswith("boot-%d-" % target.pid)]
     # the main loop starts after the blocking call; the stale bootstrap runs then, harmlessly
     assert wait_until(lambda: target.read_status()["main"] > 100, 15)
     time.sleep(1.0)
@@ -213,13 +213,15 @@ def test_gdb_method(targets):
     target = targets(args=("--workers", "0",))
     result = inject(target.pid, timeout=10, method="gdb")
     if not result.ok:
-        assert result.kind == "failed" and "gdb" in result.reason
-        # the target is unharmed and nothing is left behind
+        assert result.kind in ("failed", "unsupported") and "gdb" in result.reason
+        # the target is unharmed and nothing is left behind, now or later
+        time.sleep(1.0)
         assert target.proc.poll() is None and target.rate(0.5) > 0
-        assert not [n for n in socket_dir_entries() if n.startswith("boot-")]
+        assert not [n for n in socket_dir_entries() if n.startswith("boot-%d-" % target.pid)]
+        assert not os.path.exists(P.socket_path(target.pid, os.geteuid()))
         out, err = target.stop()
         assert out == "" and err == "" and target.proc.returncode == 0
-        if "extended state" in result.reason:
+        if "AMX" in result.reason:
             pytest.skip("gdb cannot make inferior calls on this CPU: " + result.reason)
         pytest.fail(result.reason)
     assert result.freeze_s is not None and result.freeze_s < 5
@@ -241,7 +243,7 @@ def test_gdb_missing_is_a_clear_reason(targets, monkeypatch, tmp_path):
     result = inject(target.pid, method="gdb")
     assert not result.ok and result.kind == "no_tool"
     assert "gdb is not installed" in result.reason
-    assert not [n for n in socket_dir_entries() if n.startswith("boot-")]
+    assert not [n for n in socket_dir_entries() if n.startswith("boot-%d-" % target.pid)]
     assert not os.path.exists(P.socket_path(target.pid, os.geteuid()))
     out, err = target.stop()
     assert out == "" and err == ""
@@ -254,7 +256,7 @@ def test_refusals(targets):
     assert not result.ok and result.kind == "no_torch" and "torch is not imported yet" in result.reason
     time.sleep(0.3)
     assert not os.path.exists(P.socket_path(target.pid, os.geteuid()))
-    assert not [n for n in socket_dir_entries() if n.startswith("boot-")]
+    assert not [n for n in socket_dir_entries() if n.startswith("boot-%d-" % target.pid)]
     out, err = target.stop()
     assert out == "" and err == ""
     # not a Python process
@@ -305,26 +307,31 @@ def test_another_users_process_is_refused(targets):
 
 @pytest.mark.skipif(not _nobody_can_run_python(), reason="user nobody cannot run the venv's python here")
 def test_peer_of_another_user_gets_no_reply(targets):
-    """The agent closes a connection from another user (not root) without a word. The socket
-    directory is opened up only for this test so that user nobody can reach the socket."""
+    """The agent closes a connection from another user (not root) without a word. To let user
+    nobody reach the socket without loosening the shared socket directory, the test gives the
+    socket a second name (a hard link) in a directory of its own and opens the socket's mode."""
+    import tempfile
+
     target = targets(args=("--workers", "0", "--arm"))
     path = P.socket_path(target.pid, 0)
     assert wait_until(lambda: os.path.exists(path), 10)
-    d = os.path.dirname(path)
-    os.chmod(d, 0o711)
-    os.chmod(path, 0o666)
+    side = tempfile.mkdtemp(prefix="infertop-peer-")
+    os.chmod(side, 0o755)
+    link = os.path.join(side, "agent.sock")
+    os.link(path, link)
+    os.chmod(link, 0o666)  # the socket's own mode (one inode, two names)
     try:
         code = (
             "import socket, struct, json\n"
             "s = socket.socket(socket.AF_UNIX); s.settimeout(5); s.connect(%r)\n"
             "body = json.dumps({'v': 1, 'cmd': 'hello', 'client': 'x'}).encode()\n"
-            "try:\n"  # the agent may close before the request is even written
+            "try:\n"
             "    s.sendall(struct.pack('>I', len(body)) + body)\n"
             "    data = s.recv(100)\n"
             "except (ConnectionResetError, BrokenPipeError):\n"
-            "    data = b''\n"
+            "    data = b''  # closed on us before or after we wrote\n"
             "print(repr(data))\n"
-        ) % path
+        ) % link
         r = subprocess.run(
             ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", VENV_PY, "-c", code],
             capture_output=True, text=True, timeout=30,
@@ -333,7 +340,7 @@ def test_peer_of_another_user_gets_no_reply(targets):
         assert r.stdout.strip() == "b''"
     finally:
         os.chmod(path, 0o600)
-        os.chmod(d, 0o700)
+        shutil.rmtree(side, ignore_errors=True)
     # and the agent still serves its own user
     client = Client(path)
     assert client.call("hello", client="t")["armed"] is True
