@@ -197,3 +197,20 @@ print(json.dumps([child, armed_agent() is not None, os.path.exists(path)]))
     (child_unarmed, child_threads, path_seen_by_child), parent_armed, path_exists = json.loads(r.stdout)
     assert child_unarmed and "infertop-agent" not in child_threads
     assert path_seen_by_child and parent_armed and path_exists  # the parent's socket is untouched
+
+
+@pytest.mark.slow
+def test_installed_package_puts_the_pth_in_site_packages(tmp_path):
+    """A regular install (a wheel) places the .pth at the top of site-packages, where the
+    interpreter reads it at start; without that, INFERTOP_AGENT=1 would arm nothing."""
+    import zipfile
+
+    r = subprocess.run(
+        [VENV_PY, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+         "-w", str(tmp_path), str(ROOT)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    (wheel,) = tmp_path.glob("infertop-*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        assert zf.read(PTH.name) == PTH.read_bytes()
