@@ -17,8 +17,6 @@ from infertop.errors import EXIT_OK, EXIT_USAGE, InfertopError, UsageError
 AGENT_DEFAULTS = AgentConfig()
 
 LATER = {
-    "import": "converting a Kineto trace into a recording is not there yet; "
-    "`infertop report TRACE.json` reads the trace directly",
     "export": "export to Chrome/Perfetto and speedscope lands with the export & diff work",
     "diff": "diff of recordings and traces lands with the export & diff work",
 }
@@ -122,9 +120,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stage", action="append", default=[], metavar="NAME=PATTERN")
     p.add_argument("--config", metavar="FILE")
 
-    p = sub.add_parser("import", help="convert a Kineto trace into a recording (coming)")
-    p.add_argument("trace")
-    p.add_argument("-o", "--output", required=True, metavar="FILE")
+    p = sub.add_parser(
+        "import",
+        help="convert a torch.profiler (Kineto) trace into a recording for replay/report",
+    )
+    p.add_argument("trace", help="TRACE.json[.gz], or a directory of per-rank traces")
+    p.add_argument("-o", "--output", required=True, metavar="FILE", help="recording to write")
 
     p = sub.add_parser("export", help="Chrome/Perfetto or speedscope export (coming)")
     p.add_argument("file")
@@ -383,6 +384,31 @@ def cmd_report(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_import(args: argparse.Namespace) -> int:
+    from infertop.record.import_kineto import import_trace
+
+    tty = sys.stderr.isatty()
+
+    def progress(text: str) -> None:
+        if tty:
+            sys.stderr.write(f"\rinfertop: {text[:100]}\033[K")
+            sys.stderr.flush()
+
+    try:
+        res = import_trace(args.trace, args.output, progress)
+    finally:
+        if tty:
+            sys.stderr.write("\r\033[K")
+    if res.note:
+        print(f"infertop: {res.note}", file=sys.stderr)
+    print(
+        f"infertop: imported {res.trace}: {res.events:,} events, {res.seconds:.2f} s, "
+        f"{res.windows} windows -> {res.output}",
+        file=sys.stderr,
+    )
+    return EXIT_OK
+
+
 def cmd_later(args: argparse.Namespace) -> int:
     raise UsageError(f"`infertop {args.command}` is not available yet", LATER[args.command])
 
@@ -393,7 +419,7 @@ COMMANDS = {
     "record": cmd_record,
     "replay": cmd_replay,
     "report": cmd_report,
-    "import": cmd_later,
+    "import": cmd_import,
     "export": cmd_later,
     "diff": cmd_later,
     "demo": cmd_demo,

@@ -57,6 +57,7 @@ class KinetoTrace:
     nbytes: np.ndarray  # int64, -1 if none (memcpy/memset)
     device: np.ndarray  # int64, -1 if none
     rank: int | None = None
+    base_ns: int = 0  # ``baseTimeNanoseconds``: added to ``ts`` it gives unix time (0: ts is)
     device_names: dict[int, str] = field(default_factory=dict)
     skipped: int = 0  # malformed events left out
     cache: dict[str, Any] = field(default_factory=dict, repr=False)  # analyses shared per trace
@@ -122,6 +123,7 @@ if msgspec is not None:
         traceEvents: list[_Event]
         distributedInfo: Any = None
         deviceProperties: Any = None
+        baseTimeNanoseconds: Any = None
 
     _DECODER = msgspec.json.Decoder(_Trace)
 
@@ -146,7 +148,7 @@ def _build(doc: Any, path: str) -> KinetoTrace:
             )  # fmt: skip
             yield ev.ph, ev.cat, ev.name, ev.ts, ev.dur, ev.pid, ev.tid, extra
 
-    return _columns(rows(), doc.distributedInfo, doc.deviceProperties, path)
+    return _columns(rows(), doc.distributedInfo, doc.deviceProperties, path, doc.baseTimeNanoseconds)
 
 
 def _int(x: Any, default: int = -1) -> int:
@@ -174,10 +176,13 @@ def parse_trace(doc: Any, path: str = "<trace>") -> KinetoTrace:
                 yield (ev.get("ph"), ev.get("cat"), ev.get("name"), ev.get("ts"), ev.get("dur", 0),
                        ev.get("pid"), ev.get("tid"), extra)  # fmt: skip
 
-    return _columns(rows(), doc.get("distributedInfo"), doc.get("deviceProperties"), path)
+    return _columns(
+        rows(), doc.get("distributedInfo"), doc.get("deviceProperties"), path,
+        doc.get("baseTimeNanoseconds"),
+    )  # fmt: skip
 
 
-def _columns(rows: Any, dist: Any, props: Any, path: str) -> KinetoTrace:
+def _columns(rows: Any, dist: Any, props: Any, path: str, base: Any = None) -> KinetoTrace:
     names: list[str] = []
     name_ids: dict[str, int] = {}
     out: list[tuple[Any, ...]] = []
@@ -223,6 +228,7 @@ def _columns(rows: Any, dist: Any, props: Any, path: str) -> KinetoTrace:
         nbytes=np.ascontiguousarray(ints[:, 6]),
         device=np.ascontiguousarray(ints[:, 7]),
         rank=rank,
+        base_ns=base if type(base) is int and base > 0 else 0,
         device_names=device_names,
         skipped=skipped,
     )

@@ -1,0 +1,303 @@
+"""`infertop import`: a torch.profiler (Kineto) trace turned into a recording.
+
+The trace's events go through the agent's own window reduction (``reduce_events``), so an
+imported trace and a live session read the same way: op call paths with stages, the kernels
+and copies each op launched, copies by kind, syncs and annotations. The timeline is cut into
+windows at ``ProfilerStep#N`` boundaries, and long stretches into slices of ``SLICE_S``, so
+replay has something to play through. An op tree stays whole in the window its outermost op
+started in; device work goes with the runtime call that launched it. GPU busy time is the
+union of device activity clipped to each window, so the windows' sums equal the whole trace's.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from bisect import bisect_right
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from infertop.collect.kineto import CAT, CATEGORIES, GPU_CATS, KinetoTrace, read_trace
+from infertop.errors import BadInputFile, UsageError
+from infertop.model.events import CollectorStatus, Event, Marker, OpWindow, StageRules, TargetInfo
+from infertop.record.format import decode_op_window
+from infertop.record.writer import RecordingWriter
+
+SLICE_S = 0.25  # longest window (the agent's default window length)
+MAX_WINDOWS = 2000  # a long sparse trace gets longer slices instead of more windows
+BATCH = 64  # op windows per record
+STEP_RE = re.compile(r"^ProfilerStep#\d+$")
+CPU_SIDE = ("cpu_op", "cuda_runtime", "cuda_driver")  # nest on their thread
+KEPT = (*CPU_SIDE, "user_annotation", "kernel", "gpu_memcpy", "gpu_memset", "cuda_sync")
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    trace: str  # the trace file that was imported
+    output: str
+    windows: int
+    events: int
+    seconds: float  # the trace's span
+    note: str | None = None  # what was chosen for a directory of traces
+
+
+def _natural(path: str) -> list[object]:
+    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", os.path.basename(path))]
+
+
+def choose_trace(path: str) -> tuple[str, str | None]:
+    """The file to import, and a note when ``path`` is a directory of per-rank traces."""
+    if not os.path.isdir(path):
+        return path, None
+    files = sorted(
+        (os.path.join(path, f) for f in os.listdir(path) if f.endswith((".json", ".json.gz"))),
+        key=_natural,
+    )
+    if not files:
+        raise BadInputFile(f"{path} holds no .json or .json.gz traces")
+    if len(files) == 1:
+        return files[0], None
+    note = (
+        f"{path} holds {len(files)} traces (one per rank); imported the first, "
+        f"{os.path.basename(files[0])} — a recording is one process: import the others "
+        "one by one (infertop import FILE -o FILE.infertop)"
+    )
+    return files[0], note
+
+
+def import_trace(path: str, output: str, progress: Progress | None = None) -> ImportResult:
+    say = progress or (lambda _text: None)
+    source, note = choose_trace(path)
+    if os.path.abspath(source) == os.path.abspath(output):
+        raise UsageError("the output would overwrite the trace", "give another -o FILE")
+    size = os.path.getsize(source) if os.path.isfile(source) else 0
+    say(f"reading {source} ({size / 1e6:.1f} MB)")
+    trace = read_trace(source)
+    keep = np.isin(trace.cat, [CAT[c] for c in KEPT])
+    if not keep.any():
+        raise BadInputFile(
+            f"{source} has no torch.profiler events (cpu_op, kernel, ...)",
+            "is it a trace from torch.profiler / export_chrome_trace?",
+        )
+    plan = _Plan(trace, keep)
+    say(f"reducing {plan.n:,} events into {len(plan.bounds) - 1} windows")
+    windows = list(_windows(plan, say))
+    if not windows:
+        raise BadInputFile(f"{source} has no complete events to import")
+    t0 = windows[0].t_start
+    prelude: list[Event] = [
+        TargetInfo(pid=plan.pid, started=t0),
+        StageRules(()),
+        CollectorStatus(t0, "py-spy", "unavailable", "imported torch.profiler trace: no Python samples"),
+        CollectorStatus(t0, "agent", "stopped", f"imported from {os.path.basename(source)}"),
+        Marker(t0, "imported torch.profiler trace", {"trace": os.path.abspath(source)}),
+    ]
+    writer = RecordingWriter(output)
+    try:
+        writer.write(prelude)
+        for i in range(0, len(windows), BATCH):
+            writer.write(windows[i : i + BATCH])
+        if writer.failed:
+            raise UsageError(f"cannot write {output}: {writer.failed}")
+    finally:
+        writer.close()
+    return ImportResult(source, output, len(windows), plan.n, plan.t1 - plan.t0, note)
+
+
+class _Plan:
+    """The trace's kept events as agent event tuples, and the windows they fall into."""
+
+    def __init__(self, trace: KinetoTrace, keep: np.ndarray) -> None:
+        self.trace = trace
+        idx = np.flatnonzero(keep)
+        self.n = len(idx)
+        ts, dur = trace.ts[idx], trace.dur[idx]
+        # nanoseconds since an integral origin, so unix ns stay exact (a float64 of unix ns
+        # would round to 256 ns)
+        origin_us = float(np.floor(ts.min()))
+        self.origin_ns = int(origin_us) * 1000 + trace.base_ns
+        rel = np.rint((ts - origin_us) * 1000).astype(np.int64)
+        dns = np.rint(dur * 1000).astype(np.int64)
+        self.idx, self.rel, self.dns = idx, rel, dns
+        self.cats = trace.cat[idx]
+        self.t0 = self._unix(int(rel.min()))
+        self.t1 = self._unix(int((rel + dns).max()))
+        cpu = trace.cat == CAT["cpu_op"]
+        pids, counts = np.unique(trace.pid[cpu], return_counts=True) if cpu.any() else ([], [])
+        self.pid = int(pids[int(np.argmax(counts))]) if len(pids) else None
+        self.bounds = self._bounds()
+        self.window_of = self._assign()
+
+    def _unix(self, rel_ns: int) -> float:
+        return (self.origin_ns + rel_ns) / 1e9
+
+    def _bounds(self) -> list[int]:
+        """Window edges in relative ns: the trace's ends, step edges, then slices."""
+        t = self.trace
+        lo, hi = int(self.rel.min()), int((self.rel + self.dns).max()) + 1
+        edges = {lo, hi}
+        ua = np.flatnonzero(self.cats == CAT["user_annotation"])
+        for j in ua:
+            if STEP_RE.match(t.names[t.name[self.idx[j]]]):
+                edges.update(e for e in (int(self.rel[j]), int(self.rel[j] + self.dns[j])) if lo < e < hi)
+        slice_ns = max(int(SLICE_S * 1e9), (hi - lo) // MAX_WINDOWS + 1)
+        out: list[int] = []
+        ordered = sorted(edges)
+        for a, b in zip(ordered, ordered[1:]):
+            pieces = max(1, -(-(b - a) // slice_ns))
+            out += [a + (b - a) * k // pieces for k in range(pieces)]
+        out.append(hi)
+        return out
+
+    def _assign(self) -> np.ndarray:
+        """Window index per kept event (-1: every window it overlaps, for annotations)."""
+        t, n = self.trace, self.n
+        root = self.rel.copy()  # the start of the outermost CPU event around each event
+        cpu = np.isin(self.cats, [CAT[c] for c in CPU_SIDE])
+        pos = np.flatnonzero(cpu)
+        order = np.lexsort((-self.dns[pos], self.rel[pos], t.tid[self.idx[pos]], t.pid[self.idx[pos]]))
+        pos = pos[order]
+        thread = np.stack([t.pid[self.idx[pos]], t.tid[self.idx[pos]]], axis=1).tolist()
+        starts, ends = self.rel[pos].tolist(), (self.rel[pos] + self.dns[pos]).tolist()
+        key, reach, start = None, -1, 0
+        roots = [0] * len(pos)
+        for k in range(len(pos)):
+            if thread[k] != key or starts[k] >= reach:
+                key, reach, start = thread[k], ends[k], starts[k]
+            elif ends[k] > reach:
+                reach = ends[k]
+            roots[k] = start
+        root[pos] = roots
+        bounds = np.asarray(self.bounds, dtype=np.int64)
+        window = np.searchsorted(bounds, root, side="right") - 1
+        window = np.clip(window, 0, len(bounds) - 2)
+        # device work goes where the runtime call that launched it went
+        corr = t.correlation[self.idx]
+        rt = np.isin(self.cats, [CAT["cuda_runtime"], CAT["cuda_driver"]]) & (corr >= 0)
+        launched = dict(zip(corr[rt].tolist(), window[rt].tolist()))
+        gpu = np.flatnonzero(np.isin(self.cats, GPU_CATS) & (corr >= 0))
+        for j, c in zip(gpu.tolist(), corr[gpu].tolist()):
+            w = launched.get(c)
+            if w is not None:
+                window[j] = w
+        window[self.cats == CAT["user_annotation"]] = -1
+        return window
+
+    def tuples(self) -> list[tuple]:
+        """The agent's event tuples (kind, name, tid, start_ns, dur_ns, ident, link, bytes, shapes)."""
+        t = self.trace
+        idx = self.idx
+        kinds = [CATEGORIES[c] for c in self.cats.tolist()]
+        names = [t.names[i] for i in t.name[idx].tolist()]
+        corr, ext = t.correlation[idx].tolist(), t.external_id[idx].tolist()
+        nbytes = t.nbytes[idx].tolist()
+        tids = t.tid[idx].tolist()
+        starts = (self.rel + self.origin_ns).tolist()
+        durs = self.dns.tolist()
+        out = []
+        for k in range(self.n):
+            kind = kinds[k]
+            if kind == "cpu_op" or kind == "user_annotation":
+                ident, link = max(ext[k], 0), 0
+            else:
+                ident, link = max(corr[k], 0), max(ext[k], 0)
+            out.append((kind, names[k], tids[k], starts[k], durs[k], ident, link, max(nbytes[k], 0), None))
+        return out
+
+
+def _windows(plan: _Plan, say: Progress) -> list[OpWindow]:
+    from infertop.agent.payload import reduce_events  # the agent's own reduction
+
+    bounds = plan.bounds
+    nwin = len(bounds) - 1
+    events = plan.tuples()
+    per: list[list[tuple]] = [[] for _ in range(nwin)]
+    window = plan.window_of.tolist()
+    for k, w in enumerate(window):
+        if w >= 0:
+            per[w].append(events[k])
+            continue
+        a, b = plan.rel[k], plan.rel[k] + plan.dns[k]  # an annotation: every window it overlaps
+        first = max(0, bisect_right(bounds, int(a)) - 1)
+        for w2 in range(first, nwin):
+            if bounds[w2] > b:
+                break
+            per[w2].append(events[k])
+    gpu = _GpuBusy(plan)
+    device = bool(plan.trace.has_gpu)
+    out = []
+    step = max(1, nwin // 10)
+    for w in range(nwin):
+        if w and w % step == 0:
+            say(f"{100 * w // nwin}% ({w} of {nwin} windows)")
+        a, b = bounds[w], bounds[w + 1]
+        activity = gpu.between(a, b)
+        own = [e for e in per[w] if e[0] != "user_annotation"]
+        if not own and activity is None:
+            continue
+        t_start, t_end = plan._unix(a), plan._unix(b)
+        body = reduce_events(per[w], t_start, t_end, device_profiled=device)
+        # an annotation is listed once, in the window it starts in
+        ann = [r for r in body["annotations"] if t_start <= r[2] < t_end]
+        fields = [t_start, t_end, "kineto", len(own), False, body["paths"], body["kernels"],
+                  body["memcpy"], body["syncs"], ann, activity]  # fmt: skip
+        out.append(decode_op_window(fields))
+    return out
+
+
+class _GpuBusy:
+    """Device activity (union of kernels, copies, memsets per device) clipped to a window."""
+
+    def __init__(self, plan: _Plan) -> None:
+        self.devices = []
+        m = np.isin(plan.cats, GPU_CATS)
+        dev = plan.trace.pid[plan.idx]
+        for d in np.unique(dev[m]):
+            sel = m & (dev == d)
+            s, e = plan.rel[sel], plan.rel[sel] + plan.dns[sel]
+            order = np.argsort(s, kind="stable")
+            s, e = s[order], e[order]
+            reach = np.maximum.accumulate(e)
+            new = np.r_[True, s[1:] > reach[:-1]]
+            at = np.flatnonzero(new)
+            bs, be = s[at], np.maximum.reduceat(e, at)
+            covered = np.r_[0, np.cumsum(be - bs)]  # busy time before block i
+            self.devices.append((bs, be, covered))
+
+    @staticmethod
+    def _busy_before(bs: np.ndarray, be: np.ndarray, covered: np.ndarray, t: int) -> int:
+        i = int(np.searchsorted(bs, t, side="right"))  # blocks starting at or before t
+        if i == 0:
+            return 0
+        return int(covered[i - 1] + min(be[i - 1], t) - bs[i - 1])
+
+    @staticmethod
+    def _longest_gap(bs: np.ndarray, be: np.ndarray, lo: int, hi: int) -> int:
+        """The longest idle stretch inside [lo, hi)."""
+        i = int(np.searchsorted(be, lo, side="right"))  # first block ending after lo
+        j = int(np.searchsorted(bs, hi, side="left")) - 1  # last block starting before hi
+        if i > j:
+            return hi - lo
+        gap = max(int(bs[i]) - lo, hi - int(be[j]), 0)
+        if j > i:
+            inner = np.minimum(bs[i + 1 : j + 1], hi) - np.maximum(be[i:j], lo)
+            gap = max(gap, int(inner.max()))
+        return gap
+
+    def between(self, a: int, b: int) -> list[float] | None:
+        busy = span = 0
+        gap = 0
+        for bs, be, covered in self.devices:
+            lo, hi = max(a, int(bs[0])), min(b, int(be[-1]))
+            if hi <= lo:
+                continue
+            span += hi - lo
+            busy += self._busy_before(bs, be, covered, hi) - self._busy_before(bs, be, covered, lo)
+            gap = max(gap, self._longest_gap(bs, be, lo, hi))
+        if span == 0:
+            return None
+        return [busy / 1000.0, span / 1000.0, max(0, gap) / 1000.0]
