@@ -30,6 +30,7 @@ from infertop.model.events import (
     TargetInfo,
     ThreadDef,
 )
+from infertop.model.gpu import GpuReading
 from infertop.model.session import Session
 from infertop.record.reader import Recording
 from infertop.record.writer import RecordingWriter
@@ -50,7 +51,9 @@ class LiveSource:
         self.config = config
         self.session = Session(classifier=StageClassifier(config.stage_rules))
         self.session.apply(target)
-        self.session.apply(probe_nvml())
+        nvml = next((c for c in collectors or () if getattr(c, "name", None) == "nvml"), None)
+        # the GPU panel says from the first frame whether there is a GPU, and if not, why
+        self.session.apply(nvml.status() if nvml is not None else probe_nvml())  # type: ignore[attr-defined]
         for status in statuses:  # what the caller already knows (e.g. "agent: --no-inject")
             self.session.apply(status)
         assert target.pid is not None
@@ -123,7 +126,7 @@ def event_time(ev: Event) -> float | None:
     """When an event happened, for replay; None for definitions (they take the next time)."""
     if isinstance(ev, (SampleWindow, StageSpan, OpWindow)):
         return ev.t_end
-    if isinstance(ev, (CollectorStatus, TargetExited, Marker, AllocatorReading)):
+    if isinstance(ev, (CollectorStatus, TargetExited, Marker, AllocatorReading, GpuReading)):
         return ev.t
     return None
 

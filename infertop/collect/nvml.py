@@ -65,6 +65,8 @@ def nvml_reason(exc: BaseException) -> str:
         return "not supported on this GPU"
     if isinstance(exc, ImportError):
         return f"no NVML bindings ({exc})"
+    if isinstance(exc, AttributeError):
+        return f"the installed nvidia-ml-py is too old for this metric ({exc})"
     return text
 
 
@@ -99,6 +101,7 @@ class NvmlReader:
         if not self.handles:
             self.reason = "no GPU: NVML sees 0 devices"
         self._gpm: dict[int, Any] = {}  # device index -> previous GPM sample
+        self._closed = False
 
     @property
     def available(self) -> bool:
@@ -143,8 +146,8 @@ class NvmlReader:
         )
         throttle = g("throttle", "nvmlDeviceGetCurrentClocksEventReasons", h)
         power = v("power", "nvmlDeviceGetPowerUsage", h)
-        gpm = self._gpm_metrics(index, h)
-        tx, rx = self._nvlink(h)
+        gpm = self._guard("gpm", self._gpm_metrics, index, h) or {}
+        tx, rx = self._guard("nvlink", self._nvlink, h) or (None, None)
         return GpuDeviceReading(
             index=index,
             name=_text(g("name", "nvmlDeviceGetName", h)),
@@ -172,6 +175,17 @@ class NvmlReader:
             tensor_util=gpm.get("tensor_util"),
             processes=rows,
         )
+
+    def _guard(self, metric: str, fn: Any, *args: Any) -> Any:
+        """Run a multi-call reader; bindings that lack a constant or struct it needs (older
+        nvidia-ml-py) make the metric not available instead of failing the read."""
+        if metric in self.unavailable:
+            return None
+        try:
+            return fn(*args)
+        except Exception as exc:  # noqa: BLE001 - the same chokepoint, for what _get cannot wrap
+            self.unavailable.setdefault(metric, nvml_reason(exc))
+            return None
 
     def _nvlink(self, h: Any) -> tuple[float | None, float | None]:
         lib = self.lib
@@ -221,9 +235,12 @@ class NvmlReader:
         return {k: float(mg.metrics[i].value) for i, k in enumerate(wanted)}
 
     def close(self) -> None:
-        if self.available:
+        """Free GPM samples and shut NVML down; once (a second call does nothing)."""
+        if self.available and not self._closed:
+            self._closed = True
             for sample in self._gpm.values():
                 self._get("gpm", "nvmlGpmSampleFree", sample)
+            self._gpm.clear()
             self._get("shutdown", "nvmlShutdown")
 
 
@@ -262,7 +279,11 @@ class NvmlCollector:
     def _run(self) -> None:
         known = dict(self._reader.unavailable)
         while not self._stop.is_set():
-            self._events.put(self._reader.read())
+            try:
+                self._events.put(self._reader.read())
+            except Exception as exc:  # noqa: BLE001 - a bug here must not end the session
+                self._events.put(CollectorStatus(time.time(), "nvml", "failed", f"{type(exc).__name__}: {exc}"))
+                return
             if self._reader.unavailable != known:  # say once what turned out missing
                 known = dict(self._reader.unavailable)
                 self._events.put(self.status())

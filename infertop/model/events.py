@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Union
 
+from infertop.model.gpu import GpuReading
+
 
 @dataclass(frozen=True, slots=True)
 class Frame:
@@ -226,4 +228,5 @@ Event = Union[
     StageRules,
     OpWindow,
     AllocatorReading,
+    GpuReading,
 ]

@@ -25,6 +25,7 @@ from infertop.model.events import (
     TargetInfo,
     ThreadDef,
 )
+from infertop.model.gpu import GpuReading
 from infertop.model.symbols import SymbolTable
 
 
@@ -51,6 +52,8 @@ class Session:
     exited: TargetExited | None = None
     op_windows: list[OpWindow] = field(default_factory=list)  # ordered by t_end
     allocator: list[AllocatorReading] = field(default_factory=list)  # ordered by t
+    gpu: list[GpuReading] = field(default_factory=list)  # NVML readings, ordered by t
+    _gpu_ts: list[float] = field(default_factory=list)
     _window_ends: list[float] = field(default_factory=list)
     _op_ends: list[float] = field(default_factory=list)
     _alloc_ts: list[float] = field(default_factory=list)
@@ -109,6 +112,10 @@ class Session:
             i = bisect.bisect_right(self._alloc_ts, ev.t)
             self._alloc_ts.insert(i, ev.t)
             self.allocator.insert(i, ev)
+        elif isinstance(ev, GpuReading):
+            i = bisect.bisect_right(self._gpu_ts, ev.t)
+            self._gpu_ts.insert(i, ev.t)
+            self.gpu.insert(i, ev)
         elif isinstance(ev, TargetInfo):
             self.target = self._merge_target(ev)
         elif isinstance(ev, TargetExited):
@@ -183,6 +190,10 @@ class Session:
             return self.allocator[-1]
         i = bisect.bisect_right(self._alloc_ts, t)
         return self.allocator[i - 1] if i else None
+
+    def gpu_upto(self, t: float | None) -> list[GpuReading]:
+        """NVML readings taken at or before ``t`` (None: all of them), oldest first."""
+        return self.gpu if t is None else self.gpu[: bisect.bisect_right(self._gpu_ts, t)]
 
     def spans_between(self, t0: float | None, t1: float | None) -> list[StageSpan]:
         return [

@@ -1,4 +1,4 @@
-"""The ``.infertop`` recording format, version 1.1 (documented in docs/recording-format.md).
+"""The ``.infertop`` recording format, version 1.2 (documented in docs/recording-format.md).
 
     file    = header record*
     header  = b"INFERTOP" u16 major u16 minor          (big-endian)
@@ -37,16 +37,19 @@ from infertop.model.events import (
     TargetInfo,
     ThreadDef,
 )
+from infertop.model.gpu import GpuReading
+from infertop.record.gpu_format import GPU, decode_gpu_reading, encode_gpu_reading
 
 MAGIC = b"INFERTOP"
 MAJOR = 1
-MINOR = 1
+MINOR = 2
 HEADER = struct.Struct(">8sHH")
 RECORD = struct.Struct(">II")
 MAX_RECORD = 256 * 1024 * 1024
 
 TARGET, FRAME, STACK, THREAD, WINDOW, STATUS, SPAN, EXITED, MARKER, RULES = range(1, 11)
 OPS, ALLOCATOR = 11, 12  # added in 1.1
+# 13, NVML readings, added in 1.2: infertop/record/gpu_format.py
 
 
 def encode_event(ev: Event) -> list[Any]:
@@ -76,6 +79,8 @@ def encode_event(ev: Event) -> list[Any]:
     if isinstance(ev, AllocatorReading):
         return [ALLOCATOR, ev.t, ev.device, ev.allocated, ev.reserved, ev.peak_allocated,
                 ev.alloc_retries, ev.ooms]  # fmt: skip
+    if isinstance(ev, GpuReading):
+        return encode_gpu_reading(ev)
     raise TypeError(f"cannot encode {type(ev).__name__}")
 
 
@@ -124,6 +129,8 @@ def decode_event(raw: Any) -> Event | None:
         return decode_op_window(f)
     if code == ALLOCATOR:
         return decode_allocator(f)
+    if code == GPU:
+        return decode_gpu_reading(f)
     return None
 
 

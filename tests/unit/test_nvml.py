@@ -108,3 +108,58 @@ def test_unavailable_collector_starts_no_thread() -> None:
 def test_container_pids_are_mapped_through_nspid() -> None:
     pids = target_pids(os.getpid())
     assert os.getpid() in pids
+
+
+def test_a_driver_older_than_the_bindings_loses_only_that_metric() -> None:
+    lib = FakeNvml("h100_pair.json", target_pid=4242)
+    for dev in lib.data["devices"]:  # e.g. a 525 driver has no ClocksEventReasons entry point
+        dev["unsupported"] = {"nvmlDeviceGetCurrentClocksEventReasons": "FunctionNotFound"}
+    reader = NvmlReader(4242, lib)
+    d = reader.read().devices[0]
+    assert d.throttle is None
+    assert d.util_gpu == 92.0 and d.memory_used == 61203283968  # everything else is read
+    assert reader.unavailable == {"throttle": "this driver's NVML lacks the function (driver older than the bindings)"}
+    assert "driver older than the bindings" in reader.status(0.5).message
+
+
+class _OldBindings(FakeNvml):
+    """nvidia-ml-py from before GPM: the metric constants and structs do not exist."""
+
+    def __getattribute__(self, name: str):  # type: ignore[no-untyped-def]
+        if name.startswith("NVML_GPM") or name.startswith("c_nvmlGpm"):
+            raise AttributeError(f"module 'pynvml' has no attribute {name!r}")
+        return super().__getattribute__(name)
+
+
+def test_bindings_older_than_the_gpu_lose_gpm_not_the_reading() -> None:
+    lib = _OldBindings("h100_pair.json", target_pid=4242)
+    reader = NvmlReader(4242, lib)
+    reader.read()
+    lib.advance()
+    d = reader.read().devices[0]
+    assert d.dram_bw_util is None and d.util_gpu == 17.0 and d.nvlink_rx_kbs == 0.0
+    assert "too old" in reader.unavailable["gpm"]
+
+
+def test_no_bindings_installed(monkeypatch) -> None:
+    import infertop.collect.nvml as nvml
+
+    def missing():  # type: ignore[no-untyped-def]
+        raise ModuleNotFoundError("No module named 'pynvml'")
+
+    monkeypatch.setattr(nvml, "_load_pynvml", missing)
+    reader = NvmlReader(4242)
+    assert not reader.available and reader.reason == "no GPU: no NVML bindings (No module named 'pynvml')"
+    reader.close()  # nothing to shut down, and no error
+
+
+def test_closing_twice_frees_each_gpm_sample_once() -> None:
+    lib = FakeNvml("h100_pair.json", target_pid=4242)
+    freed: list[int] = []
+    real_free = lib.nvmlGpmSampleFree
+    lib.nvmlGpmSampleFree = lambda s: (freed.append(lib._key(s)), real_free(s))  # type: ignore[method-assign]
+    reader = NvmlReader(4242, lib)
+    reader.read()
+    reader.close()
+    reader.close()
+    assert len(freed) == len(set(freed)) == 2 and not lib.initialised
