@@ -160,15 +160,19 @@ def _config(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
 
 def _collectors(target, args: argparse.Namespace, cfg):  # type: ignore[no-untyped-def]
-    """py-spy, plus the agent (injected in the background) unless --no-inject; and the
+    """py-spy and NVML, plus the agent (injected in the background) unless --no-inject; and the
     statuses to show for what does not run."""
     from dataclasses import replace
 
     from infertop.collect.agent_attach import AgentAttach
+    from infertop.collect.nvml import NvmlCollector
     from infertop.collect.pyspy import PySpyCollector
     from infertop.model.events import CollectorStatus
 
-    collectors: list = [PySpyCollector(target.pid, cfg.collect.rate_hz, cfg.collect.window_s)]
+    collectors: list = [
+        PySpyCollector(target.pid, cfg.collect.rate_hz, cfg.collect.window_s),
+        NvmlCollector(target.pid),  # no GPU or no driver: it only says why, and runs nothing
+    ]
     statuses = []
     if getattr(args, "no_inject", False) or not getattr(args, "inject", False):
         why = "off (--no-inject)" if getattr(args, "no_inject", False) else "off (experimental: --inject)"

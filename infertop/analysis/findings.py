@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from infertop.analysis.gpu import GpuSummary
+from infertop.analysis.gpu_series import NvmlBusy
 from infertop.analysis.trace_ops import OpRow, OutsideOps
 from infertop.config import FindingThresholds
 
@@ -49,6 +50,7 @@ class MemoryState:
     allocated: int | None
     alloc_retries: int = 0
     ooms: int = 0
+    source: str = "allocator"  # "nvml": no allocator readings; reserved is NVML's per-process use
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,7 @@ class FindingInput:
     host_syncs: dict[str, tuple[int, float]] = field(default_factory=dict)  # name -> (count, µs)
     sync_sites: tuple[str, ...] = ()
     memory: MemoryState | None = None
+    nvml: NvmlBusy | None = None  # NVML utilisation of the target's GPUs (no profiler needed)
 
 
 Rule = Callable[[FindingInput, FindingThresholds], "Finding | None"]
@@ -259,7 +262,7 @@ def tiny_ops(inp: FindingInput, th: FindingThresholds) -> Finding | None:
 def gpu_idle(inp: FindingInput, th: FindingThresholds) -> Finding | None:
     g = inp.gpu
     if g is None or g.busy_share is None:
-        return None
+        return _gpu_idle_nvml(inp.nvml, th) if inp.nvml is not None else None
     long_gaps = [x for x in g.gaps if x.dur_us >= th.gpu_idle_gap_ms * 1000]
     if g.busy_share >= th.gpu_idle_busy and not long_gaps:
         return None
@@ -273,6 +276,26 @@ def gpu_idle(inp: FindingInput, th: FindingThresholds) -> Finding | None:
         (),
         "find what the GPU waits for in the gaps (the CPU stages beside them: preprocessing, "
         "host syncs, the batching queue) and overlap it with device work",
+    )
+
+
+def _gpu_idle_nvml(n: NvmlBusy, th: FindingThresholds) -> Finding | None:
+    """gpu-idle from NVML when no profiler window saw the device: utilization.gpu is the share
+    of each sample period (1/6 s to 1 s) in which a kernel ran, so a 0 % reading is a gap."""
+    long_gaps = [s for s in n.gaps_s if s * 1000 >= th.gpu_idle_gap_ms]
+    if n.busy_share >= th.gpu_idle_busy and not long_gaps:
+        return None
+    return Finding(
+        "gpu-idle",
+        _severity(1 - n.busy_share, 0.6, 0.8),
+        f"the GPU is busy {100 * n.busy_share:.0f}% of the time while the target works (NVML)"
+        + (f", with {len(long_gaps)} idle gaps over {th.gpu_idle_gap_ms:g} ms" if long_gaps else ""),
+        {"source": "nvml", "busy_share": round(n.busy_share, 4), "seconds": round(n.seconds, 1),
+         "readings": n.readings, "devices": list(n.devices),
+         "gaps_s": [round(x, 2) for x in long_gaps[:10]]},  # fmt: skip
+        tuple(f"GPU {i}" for i in n.devices),
+        "find what the GPU waits for in the gaps (the CPU stages beside them in the GPU panel: "
+        "preprocessing, host syncs, the batching queue) and overlap it with device work",
     )
 
 
@@ -350,11 +373,12 @@ def memory_pressure(inp: FindingInput, th: FindingThresholds) -> Finding | None:
     return Finding(
         "gpu-memory-pressure",
         sev,
-        f"reserved GPU memory at {100 * ratio:.0f}% of the device"
+        ("reserved GPU memory" if m.source == "allocator" else "the target's GPU memory (NVML)")
+        + f" at {100 * ratio:.0f}% of the device"
         + (f", {m.alloc_retries} allocator retries" if m.alloc_retries else "")
         + (f", {m.ooms} OOMs" if m.ooms else ""),
         {"reserved_share": round(ratio, 4), "reserved": m.reserved, "total": m.total,
-         "alloc_retries": m.alloc_retries, "ooms": m.ooms},  # fmt: skip
+         "alloc_retries": m.alloc_retries, "ooms": m.ooms, "source": m.source},  # fmt: skip
         (),
         "lower the batch size or max sequence length, free cached tensors between requests, "
         "or set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to cut fragmentation",
@@ -374,7 +398,8 @@ def fragmentation(inp: FindingInput, th: FindingThresholds) -> Finding | None:
         "allocator-fragmentation",
         _severity(share, 0.45, 0.6),
         f"{slack / 2**30:.1f} GiB reserved but not allocated ({100 * share:.0f}% of reserved)",
-        {"reserved": m.reserved, "allocated": m.allocated, "slack_share": round(share, 4)},
+        {"reserved": m.reserved, "allocated": m.allocated, "slack_share": round(share, 4),
+         "device_total": m.total},  # fmt: skip
         (),
         "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, keep tensor shapes stable "
         "(pad to buckets), and avoid torch.cuda.empty_cache() churn",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from infertop.analysis.findings import FindingInput, MemoryState
 from infertop.analysis.gpu import GpuSummary
+from infertop.analysis.gpu_series import NvmlBusy, memory_summary, nvml_busy
 from infertop.analysis.gpu import MemcpyRow as TraceMemcpyRow
 from infertop.analysis.snapshot import Snapshot
 from infertop.analysis.stages import IDLE
@@ -52,10 +53,7 @@ def snapshot_input(snap: Snapshot) -> FindingInput:
             sync_calls={},
             launch_delay_us=None,
         )
-    memory = None
-    if snap.allocator is not None:
-        a = snap.allocator
-        memory = MemoryState(None, a.reserved, a.allocated, a.alloc_retries, a.ooms)
+    memory = session_memory(snap)
     return FindingInput(
         wall_us=snap.op_seconds * 1e6,
         stage_shares=shares,
@@ -66,4 +64,27 @@ def snapshot_input(snap: Snapshot) -> FindingInput:
         outside_ops=OutsideOps(wall_us=0.0, in_ops_us=cpu_self, ops=0) if cpu_self else None,
         gpu=gpu,
         memory=memory,
+        nvml=_nvml_busy(snap),
     )
+
+
+def session_memory(snap: Snapshot) -> MemoryState | None:
+    """The allocator's reserved/allocated against NVML's device total; without the agent,
+    NVML's per-process memory of the target (context included) stands in for reserved."""
+    readings = snap.nvml.readings if snap.nvml is not None else ()
+    m = memory_summary(readings, snap.allocator)
+    if m is None:
+        return None
+    a = snap.allocator
+    if a is not None:
+        return MemoryState(m["total"], a.reserved, a.allocated, a.alloc_retries, a.ooms)  # type: ignore[arg-type]
+    if m["process"] is None:
+        return None
+    return MemoryState(m["total"], m["process"], None, source="nvml")  # type: ignore[arg-type]
+
+
+def _nvml_busy(snap: Snapshot) -> NvmlBusy | None:
+    """NVML busy share over the readings taken while py-spy saw the target at work."""
+    if snap.nvml is None:
+        return None
+    return nvml_busy(snap.nvml.readings, snap.nvml.working)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from infertop.analysis.flame import FlameNode, TopFrame, build_flame, top_frames
+from infertop.analysis.gpu_series import GpuAccumulator, GpuView, gpu_view
 from infertop.analysis.ops import (
     GpuWork,
     OpAccumulator,
@@ -17,6 +18,7 @@ from infertop.analysis.ops import (
     ops_table,
 )
 from infertop.analysis.shares import StageShare, stage_shares
+from infertop.analysis.stages import IDLE
 from infertop.model.events import AllocatorReading, CollectorStatus, TargetExited, TargetInfo
 from infertop.model.session import Session, WindowSummary
 
@@ -59,6 +61,7 @@ class Snapshot:
     op_windows: int = 0
     op_seconds: float = 0.0  # wall time the windows covered
     op_truncated: int = 0  # windows cut short (max_events reached)
+    nvml: GpuView | None = None  # NVML readings up to t; None: none (the nvml status says why)
 
     @property
     def duration_s(self) -> float:
@@ -91,6 +94,19 @@ def _sum_stage_counts(windows: list[WindowSummary]) -> dict[str, int]:
     return out
 
 
+def working_windows(windows: list[WindowSummary]) -> list[tuple[float, float]] | None:
+    """(start, end) of the windows in which the target did work (samples outside idle and
+    queue): when the GPU should be busy. None when there are no windows."""
+    if not windows:
+        return None
+    quiet = (IDLE, "queue")
+    return [
+        (w.window.t_start, w.window.t_end)
+        for w in windows
+        if any(n for s, n in w.stage_counts.items() if s not in quiet)
+    ]
+
+
 def build_snapshot(
     session: Session,
     *,
@@ -104,6 +120,7 @@ def build_snapshot(
     recording_bytes: int = 0,
     replay: ReplayState | None = None,
     notes: tuple[str, ...] = (),
+    gpu_accumulator: GpuAccumulator | None = None,
 ) -> Snapshot:
     windows = session.windows_between(None, t)
     t_now = t if t is not None else session.t_last
@@ -154,4 +171,13 @@ def build_snapshot(
         op_windows=op_totals.windows,
         op_seconds=op_totals.seconds,
         op_truncated=op_totals.truncated,
+        nvml=gpu_view(
+            session.gpu_upto(t),
+            [(w.window.t_start, w.window.t_end) for w in windows[-history:]],
+            t_now,
+            history,
+            gpu_accumulator,
+            id(session),
+            working_windows(windows),
+        ),
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from infertop.analysis.findings import evaluate
+from infertop.analysis.gpu_series import memory_summary, utilization_summary
 from infertop.analysis.session_findings import snapshot_input
 from infertop.analysis.snapshot import Snapshot
 from infertop.config import FindingThresholds
@@ -46,6 +47,7 @@ def build_report(
     nvml = next((s for s in snap.statuses if s.collector == "nvml"), None)
     gpu_available = nvml is not None and nvml.state == "running"
     gpu_available = gpu_available or snap.gpu is not None or snap.allocator is not None
+    gpu_available = gpu_available or snap.nvml is not None
     reason = None if gpu_available else (nvml.message if nvml else "no GPU readings were collected")
     return {
         "infertop_report": REPORT_VERSION,
@@ -99,8 +101,10 @@ def _ops(snap: Snapshot) -> list[dict[str, Any]]:
 
 
 def _gpu(snap: Snapshot) -> dict[str, Any]:
-    """Kernel time, busy share and copies from the op windows; memory from the allocator."""
-    g, mem = snap.gpu, snap.allocator
+    """Kernel time, busy share and copies from the op windows; memory from the allocator and
+    NVML; NVML's utilisation series summarised per device."""
+    g, mem, nv = snap.gpu, snap.allocator, snap.nvml
+    readings = nv.readings if nv is not None else ()
     kinds = {"compute": 0.0, "memory": 0.0, "communication": 0.0}
     return {
         "kernel_time_us": {k: _r(v, 3) for k, v in (g.kernel_time_us if g else kinds).items()},
@@ -115,14 +119,8 @@ def _gpu(snap: Snapshot) -> dict[str, Any]:
             {"name": y.name, "count": y.count, "total_us": _r(y.total_us, 3)}
             for y in (g.syncs if g else ())
         ],
-        "memory": None
-        if mem is None
-        else {
-            "device": mem.device,
-            "allocated": mem.allocated,
-            "reserved": mem.reserved,
-            "peak_allocated": mem.peak_allocated,
-            "alloc_retries": mem.alloc_retries,
-            "ooms": mem.ooms,
-        },
+        # the allocator's numbers beside NVML's for the same device (docs/recording-format.md)
+        "memory": memory_summary(readings, mem),
+        "utilization": utilization_summary(readings) if readings else None,
+        "nvml_interval_s": None if nv is None or nv.interval_s is None else _r(nv.interval_s, 3),
     }

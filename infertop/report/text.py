@@ -51,12 +51,43 @@ def _gpu_lines(g: dict[str, Any]) -> list[str]:
             f"{_ms(r['total_us']):>11} {r['mean_gbps']:8.2f} GB/s"
         )
     m = g.get("memory")
-    if m:
+    if m and m.get("allocated") is not None:
         out.append(
             f"memory (cuda:{m['device']}): allocated {_gib(m['allocated'])}, reserved "
             f"{_gib(m['reserved'])}, peak {_gib(m['peak_allocated'])}, "
             f"{m['alloc_retries']} allocator retries, {m['ooms']} OOMs"
         )
+    if m and m.get("total") is not None:
+        mine = "" if m.get("process") is None else f"this process {_gib(m['process'])}, "
+        others = "" if m.get("others") is None else f"others {_gib(m['others'])}, "
+        out.append(
+            f"device memory (GPU {m['nvml_device']}): {mine}{others}"
+            f"free {_gib(m['free'] or 0)} of {_gib(m['total'])}"
+        )
+    out += _utilization_lines(g.get("utilization") or [])
+    return out
+
+
+def _utilization_lines(devices: list[dict[str, Any]]) -> list[str]:
+    """One line per GPU from NVML: mean / p95 utilisation, bandwidth, power, throttling."""
+    out = []
+    for d in devices:
+        parts = []
+        for key, label in (("util_gpu", "SM busy"), ("util_memory", "mem busy"),
+                           ("dram_bw_util", "DRAM bw"), ("tensor_util", "tensor")):  # fmt: skip
+            st = d.get(key)
+            if st:
+                parts.append(f"{label} {st['mean']:.0f}% (p95 {st['p95']:.0f}%)")
+        pcie = [d.get("pcie_rx_kbs"), d.get("pcie_tx_kbs")]
+        if all(pcie):
+            parts.append(f"PCIe rx {pcie[0]['mean'] / 1e6:.2f} tx {pcie[1]['mean'] / 1e6:.2f} GB/s")
+        if d.get("power_w"):
+            parts.append(f"{d['power_w']['mean']:.0f} W")
+        throttle = {k: v for k, v in (d.get("throttle") or {}).items() if k != "gpu_idle"}
+        if throttle:
+            parts.append("throttled: " + ", ".join(f"{k} {100 * v:.0f}%" for k, v in throttle.items()))
+        mark = " (target)" if d.get("target") else ""
+        out.append(f"GPU {d['index']} {d.get('name') or ''}{mark}: " + ("; ".join(parts) or "no utilisation readings"))
     return out
 
 

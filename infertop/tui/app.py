@@ -36,6 +36,7 @@ from infertop.tui.messages import IngestError, RecordingChanged, SnapshotReady
 from infertop.tui.palette import human_bytes
 from infertop.tui.screens.help import HelpScreen
 from infertop.tui.widgets.flame import VIEW_TITLES, VIEWS, FlameList, FlamePanel
+from infertop.tui.widgets.gpu import GpuPanel
 from infertop.tui.widgets.stages import StagePanel
 from infertop.tui.widgets.status import StatusLine
 from infertop.tui.widgets.timeline import Timeline
@@ -73,6 +74,7 @@ class InfertopApp(App[None]):
             "lower panel: Python flame → torch-ops flame → ops table (torch.profiler windows)",
         ),
         _b("f", "toggle_flame", "Flame", "flame view only, for more rows (f again: both panels)"),
+        _b("g", "next_gpu", "GPU", "GPU panel: next GPU (the target's GPUs come first)", show=False),
         _b("question_mark", "help", "Help", "this help", key_display="?"),
     ]
 
@@ -107,6 +109,7 @@ class InfertopApp(App[None]):
     def compose(self) -> ComposeResult:
         with Vertical(id="main"):
             yield StagePanel(id="stages")
+            yield GpuPanel(id="gpu")
             yield FlamePanel(id="flame")
         if self.replay:
             yield Timeline(id="timeline")
@@ -148,6 +151,7 @@ class InfertopApp(App[None]):
     def _show_panels(self, snap: Snapshot) -> None:
         self.displayed = snap
         self.query_one(StagePanel).show(snap)
+        self.query_one(GpuPanel).show(snap)
         self.query_one(FlamePanel).show(snap)
         if self.replay:
             self.query_one(Timeline).show(snap.replay)
@@ -242,6 +246,10 @@ class InfertopApp(App[None]):
     def action_toggle_flame(self) -> None:
         panel = self.query_one(StagePanel)
         panel.display = not panel.display
+        self.query_one(GpuPanel).display = panel.display
+
+    def action_next_gpu(self) -> None:
+        self.query_one(GpuPanel).next_device()
 
     def help_rows(self) -> list[tuple[str, str]]:
         """(keys, what they do) for every binding of this mode, the flame list's included."""

@@ -17,6 +17,7 @@ from typing import Any
 
 from textual.message import Message
 
+from infertop.analysis.gpu_series import GpuAccumulator
 from infertop.analysis.ops import OpAccumulator
 from infertop.analysis.snapshot import ReplayState, Snapshot, StackAccumulator, build_snapshot
 from infertop.tui.messages import IngestError, RecordingChanged, SnapshotReady
@@ -91,6 +92,7 @@ class IngestWorker:
         self._thread: threading.Thread | None = None
         self._accumulator = StackAccumulator()
         self._op_accumulator = OpAccumulator()
+        self._gpu_accumulator = GpuAccumulator()
         self._stage_filter: str | None = None
         self._error: str | None = None
         config = getattr(source, "config", None)
@@ -213,6 +215,7 @@ class IngestWorker:
             history=self._history,
             accumulator=self._accumulator,
             op_accumulator=self._op_accumulator,
+            gpu_accumulator=self._gpu_accumulator,
             recording=None if self.replay else src.recording_path,
             recording_bytes=writer.bytes_written if writer is not None else 0,
             replay=replay,

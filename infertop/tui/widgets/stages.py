@@ -42,16 +42,23 @@ def layout_widths(width: int, latency_w: int) -> tuple[int, int]:
     return bar_w, spark_w if spark_w >= 4 else 0
 
 
+def stage_columns(snapshot: Snapshot, width: int) -> tuple[int, int, int]:
+    """(bar, history sparkline, latency) widths of the panel; the GPU panel uses the same
+    columns so its history lines up with the stages' second by second."""
+    latency_w = max((len(_latency_text(s)) for s in snapshot.recent), default=0)
+    if width < NAME_W + PCT_W + TOTAL_W + latency_w + 20:
+        latency_w = 0  # too narrow: shares and history matter more
+    bar_w, spark_w = layout_widths(width, latency_w)
+    return bar_w, spark_w, latency_w
+
+
 def render_stages(snapshot: Snapshot | None, width: int, header: bool = True) -> Text:
     """The panel's text for ``snapshot`` at ``width`` cells."""
     if snapshot is None or not snapshot.recent:
         return Text("waiting for samples…", style="dim italic")
     totals = {s.name: s for s in snapshot.totals}
-    latency_w = max((len(_latency_text(s)) for s in snapshot.recent), default=0)
-    if width < NAME_W + PCT_W + TOTAL_W + latency_w + 20:
-        latency_w = 0  # too narrow: shares and history matter more
+    bar_w, spark_w, latency_w = stage_columns(snapshot, width)
     with_latency = latency_w > 0
-    bar_w, spark_w = layout_widths(width, latency_w)
     lines: list[Text] = []
     if header:
         head = Text(style="bold #bcbcbc on #262626", no_wrap=True, overflow="ellipsis")
