@@ -6,6 +6,7 @@ Built off the UI thread (live ingest worker, replay, report), then handed to vie
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from infertop.analysis.flame import FlameNode, TopFrame, build_flame, top_frames
 from infertop.analysis.gpu_series import GpuAccumulator, GpuView, gpu_view
@@ -21,6 +22,9 @@ from infertop.analysis.shares import StageShare, stage_shares
 from infertop.analysis.stages import IDLE
 from infertop.model.events import AllocatorReading, CollectorStatus, TargetExited, TargetInfo
 from infertop.model.session import Session, WindowSummary
+
+if TYPE_CHECKING:
+    from infertop.analysis.findings import Finding
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,7 @@ class Snapshot:
     op_seconds: float = 0.0  # wall time the windows covered
     op_truncated: int = 0  # windows cut short (max_events reached)
     nvml: GpuView | None = None  # NVML readings up to t; None: none (the nvml status says why)
+    findings: tuple[Finding, ...] = ()  # ranked; filled in by live_findings.with_findings
 
     @property
     def duration_s(self) -> float:

@@ -107,6 +107,8 @@ def render_text(rep: dict[str, Any]) -> str:
     if rep["findings"]:
         for f in rep["findings"]:
             out.append(f"  [{f['severity']}] {f['rule']}: {f['title']}")
+            if f["where"]:
+                out.append(f"      at: {'; '.join(f['where'][:3])}")
             out.append(f"      fix: {f['hint']}")
     else:
         out.append("  none (no bottleneck rule fired)")
@@ -153,7 +155,8 @@ def render_markdown(rep: dict[str, Any]) -> str:
     out += ["", "## Findings", ""]
     if rep["findings"]:
         for f in rep["findings"]:
-            out.append(f"- **{f['severity']}** `{f['rule']}` — {f['title']}. Fix: {f['hint']}")
+            where = f" At {', '.join(f'`{w}`' for w in f['where'][:3])}." if f["where"] else ""
+            out.append(f"- **{f['severity']}** `{f['rule']}` — {f['title']}.{where} Fix: {f['hint']}")
     else:
         out.append("No bottleneck rule fired.")
     out += ["", "## Stages", "", "| stage | share | seconds | p50 ms | p99 ms | calls |", "|---|---:|---:|---:|---:|---:|"]

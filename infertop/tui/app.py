@@ -35,6 +35,7 @@ from infertop.tui.ingest import (
 from infertop.tui.messages import IngestError, RecordingChanged, SnapshotReady
 from infertop.tui.palette import human_bytes
 from infertop.tui.screens.help import HelpScreen
+from infertop.tui.widgets.findings import FindingsScreen, Jump
 from infertop.tui.widgets.flame import VIEW_TITLES, VIEWS, FlameList, FlamePanel
 from infertop.tui.widgets.gpu import GpuPanel
 from infertop.tui.widgets.stages import StagePanel
@@ -74,6 +75,13 @@ class InfertopApp(App[None]):
             "lower panel: Python flame → torch-ops flame → ops table (torch.profiler windows)",
         ),
         _b("f", "toggle_flame", "Flame", "flame view only, for more rows (f again: both panels)"),
+        _b(
+            "i",
+            "findings",
+            "Findings",
+            "findings: ranked bottlenecks with evidence and fix; enter goes to the frame or op",
+            show=False,  # the footer is full at 80 columns: the flame panel's corner shows it
+        ),
         _b("g", "next_gpu", "GPU", "GPU panel: next GPU (the target's GPUs come first)", show=False),
         _b("question_mark", "help", "Help", "this help", key_display="?"),
     ]
@@ -155,6 +163,7 @@ class InfertopApp(App[None]):
         self.query_one(FlamePanel).show(snap)
         if self.replay:
             self.query_one(Timeline).show(snap.replay)
+        self._show_findings(snap)
 
     def on_ingest_error(self, message: IngestError) -> None:
         self.error = message.text
@@ -238,10 +247,47 @@ class InfertopApp(App[None]):
 
     def action_cycle_view(self) -> None:
         """Python flame → torch-ops flame → ops table → Python flame."""
-        self.view = VIEWS[(VIEWS.index(self.view) + 1) % len(VIEWS)]
+        self.show_view(VIEWS[(VIEWS.index(self.view) + 1) % len(VIEWS)])
+
+    def show_view(self, view: str) -> None:
+        self.view = view
         panel = self.query_one(FlamePanel)
         panel.border_title = f"{VIEW_TITLES[self.view]} · session"
         panel.set_view(self.view)
+
+    # -- findings ---------------------------------------------------------------------------
+    def _show_findings(self, snap: Snapshot) -> None:
+        n = len(snap.findings)
+        worst = snap.findings[0].severity if n else ""
+        self.query_one(FlamePanel).border_subtitle = (
+            f"i: {n} finding{'s' * (n != 1)}, {worst} first" if n else "i: no findings"
+        )
+        if isinstance(self.screen, FindingsScreen):
+            self.screen.show(snap)
+
+    def action_findings(self) -> None:
+        if isinstance(self.screen, FindingsScreen):
+            self.pop_screen()
+        elif not isinstance(self.screen, HelpScreen):
+            self.push_screen(FindingsScreen(self.displayed), self.jump_to)
+
+    def jump_to(self, jump: Jump | None) -> None:
+        """Show where a finding happens: its frame in the Python flame, or its row in the
+        ops table."""
+        if jump is None:
+            return
+        panel = self.query_one(FlamePanel)
+        if jump.frame is not None:
+            self.show_view("python")
+            found = panel.flame_list.reveal(jump.frame)
+        else:
+            self.show_view("table")
+            found = jump.op is not None and panel.ops_table.reveal(jump.op)
+        if not found:
+            self.notify(
+                f"{jump.describe()} is not in this view (clear the stage filter with s)",
+                markup=False,
+            )
 
     def action_toggle_flame(self) -> None:
         panel = self.query_one(StagePanel)

@@ -18,6 +18,7 @@ from typing import Any
 from textual.message import Message
 
 from infertop.analysis.gpu_series import GpuAccumulator
+from infertop.analysis.live_findings import with_findings
 from infertop.analysis.ops import OpAccumulator
 from infertop.analysis.snapshot import ReplayState, Snapshot, StackAccumulator, build_snapshot
 from infertop.tui.messages import IngestError, RecordingChanged, SnapshotReady
@@ -97,6 +98,7 @@ class IngestWorker:
         self._error: str | None = None
         config = getattr(source, "config", None)
         self._history = config.collect.history_windows if config is not None else 120
+        self._thresholds = config.findings if config is not None else None
         self.final: Snapshot | None = None  # the last snapshot, built after the source stopped
 
     # -- UI side ----------------------------------------------------------------------------
@@ -208,7 +210,7 @@ class IngestWorker:
         replay = (
             ReplayState(src.position, src.length, src.playing, src.speed) if self.replay else None
         )
-        return build_snapshot(
+        snap = build_snapshot(
             src.session,
             t=src.t if self.replay else None,
             stage_filter=self._stage_filter,
@@ -221,6 +223,7 @@ class IngestWorker:
             replay=replay,
             notes=notes,
         )
+        return with_findings(snap, self._thresholds)  # here, off the UI thread
 
     def _apply(self, cmd: Command) -> None:
         src = self.source

@@ -151,13 +151,17 @@ def test_empty_trace_directory_is_5(tmp_path) -> None:
 @pytest.mark.parametrize(
     "argv,word",
     [
-        (["import", "t.json", "-o", "x"], "report TRACE.json"),
         (["export", "f", "--format", "chrome", "-o", "o"], "export"),
         (["diff", "a", "b"], "diff"),
     ],
 )
 def test_later_features_say_so_plainly(argv: list[str], word: str) -> None:
     assert_one_clear_error(run(*argv), 2, "not available yet", word)
+
+
+def test_import_of_a_missing_trace_is_5(tmp_path) -> None:
+    p = run("import", str(tmp_path / "t.json"), "-o", str(tmp_path / "x.infertop"))
+    assert_one_clear_error(p, 5, "no such file")
 
 
 def test_tui_commands_without_a_terminal_say_what_to_do() -> None:

@@ -24,7 +24,11 @@ READING = (
     "o switches the lower panel. Torch-ops flame: torch ops → child ops → the kernels and "
     "copies they launched, weighted in µs (an op's CPU self time, a kernel's GPU time) over "
     "the agent's torch.profiler windows. Ops table: each op or kernel per stage, by self time. "
-    "The stage filter (s) applies to all three."
+    "The stage filter (s) applies to all three.\n"
+    "i opens the findings: the bottleneck rules that fire on what has been seen so far "
+    "(docs/findings.md), worst first, recomputed with every update; the lower pane shows the "
+    "selected one's evidence, where it happens and the fix; enter goes to its Python frame in "
+    "the flame or its op in the ops table. The flame panel's corner counts them."
 )
 
 

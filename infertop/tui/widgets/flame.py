@@ -200,6 +200,27 @@ class FlameList(ScrollView, can_focus=True, inherit_bindings=False):
     def on_click(self, event: events.Click) -> None:
         self._move_to(int(self.scroll_offset.y) + event.y)
 
+    def reveal(self, frame: Frame) -> bool:
+        """Put the cursor on ``frame`` where it weighs most (zooming to its caller if it is
+        too small to list at the top); False when the view does not hold it."""
+        root = self.root
+        best: FlameNode | None = None
+        stack = [root] if root is not None else []
+        while stack:
+            node = stack.pop()
+            if node.frame == frame and (best is None or node.total > best.total):
+                best = node
+            stack.extend(node.children.values())
+        if best is None:
+            return False
+        path = best.path()
+        self.zoom, self._cursor_path = [], path
+        self._rebuild()
+        if self.selected is not best:
+            self.zoom = path[:-1]
+            self._rebuild()
+        return True
+
     def _keep_cursor_visible(self) -> None:
         height = self.scrollable_content_region.height
         if height <= 0:

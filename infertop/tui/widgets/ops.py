@@ -138,6 +138,14 @@ class OpsTable(ScrollView, can_focus=True, inherit_bindings=False):
             self.scroll_to(y=self.cursor - height + 1, animate=False, immediate=True)
         self.refresh()
 
+    def reveal(self, name: str) -> bool:
+        """Put the cursor on the first (costliest) row of op or kernel ``name``."""
+        for i, row in enumerate(self.rows):
+            if row.name == name:
+                self._move_to(i)
+                return True
+        return False
+
     def action_cursor(self, step: int) -> None:
         self._move_to(self.cursor + step)
 
