@@ -302,35 +302,31 @@ def nvml_busy(
     devices = set(mine) if mine is not None else None
     utils: list[float] = []
     gaps: list[float] = []
+    seen: set[int] = set()
     seconds = 0.0
-    for index in sorted({d.index for r in readings for d in r.devices}):
-        if devices is not None and index not in devices:
-            continue
-        run = 0.0
-        prev_t = None
-        for r in readings:
-            d = next((x for x in r.devices if x.index == index), None)
-            if d is None or d.util_gpu is None:
+    prev: dict[int, float] = {}  # device -> time of its previous reading
+    run: dict[int, float] = {}  # device -> length of its current run of 0 % readings
+    for r in readings:  # one pass: this runs with every live snapshot's findings
+        for d in r.devices:
+            if d.util_gpu is None or (devices is not None and d.index not in devices):
                 continue
-            dt = min(step * 2, r.t - prev_t) if prev_t is not None and r.t > prev_t else step
-            prev_t = r.t
+            last = prev.get(d.index)
+            dt = min(step * 2, r.t - last) if last is not None and r.t > last else step
+            prev[d.index] = r.t
+            seen.add(d.index)
             utils.append(d.util_gpu / 100.0)
             seconds += dt
             if d.util_gpu <= 0:
-                run += dt
-            elif run:
-                gaps.append(run)
-                run = 0.0
-        if run:
-            gaps.append(run)
+                run[d.index] = run.get(d.index, 0.0) + dt
+            elif run.get(d.index):
+                gaps.append(run.pop(d.index))
+    gaps += [x for x in run.values() if x]
     if not utils:
         return None
     return NvmlBusy(
         busy_share=sum(utils) / len(utils),
         seconds=seconds,
         readings=len(utils),
-        devices=tuple(sorted(devices)) if devices is not None else tuple(
-            sorted({d.index for r in readings for d in r.devices})
-        ),
+        devices=tuple(sorted(seen)),
         gaps_s=tuple(sorted(gaps, reverse=True)),
     )
