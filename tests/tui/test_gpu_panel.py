@@ -103,13 +103,24 @@ async def test_a_recording_without_readings_says_so_in_one_line(tmp_path: Path) 
         assert "Server.handle_batch" in screen_text(app)
 
 
-async def test_live_without_nvml_shows_the_reason_and_everything_else_works() -> None:
-    nvml = NvmlCollector(TARGET.pid, lib=FakeNvml("h100_pair.json", init_error="LibraryNotFound"))
+@pytest.mark.parametrize(
+    "lib,line",
+    [
+        (FakeNvml("h100_pair.json", init_error="LibraryNotFound"),
+         "GPU  no GPU: NVML library not found (no NVIDIA driver on this host)"),
+        (FakeNvml(None), "GPU  no GPU: NVML sees 0 devices"),
+        (FakeNvml("h100_pair.json", init_error="LibRmVersionMismatch"),
+         "GPU  no GPU: NVML library and driver versions do not match"),
+    ],
+    ids=["no-library", "no-device", "driver-mismatch"],
+)  # fmt: skip
+async def test_live_without_nvml_shows_the_reason_and_everything_else_works(lib, line: str) -> None:
+    nvml = NvmlCollector(TARGET.pid, lib=lib)
     source = LiveSource(TARGET, Config(), collectors=[ScriptedCollector(), nvml])
     app = create_app(source, title="t")
     async with app.run_test(size=(120, 40)) as pilot:
         await started(pilot, app)
-        await shows(pilot, app, "GPU  no GPU: NVML library not found (no NVIDIA driver on this host)")
+        await shows(pilot, app, line)
         await shows(pilot, app, "Model.forward")
         await pilot.press("g", "o", "o", "o")  # no GPU to move to; other views are unaffected
         await shows(pilot, app, "Model.forward")

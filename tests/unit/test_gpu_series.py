@@ -186,3 +186,23 @@ def test_thresholds_apply_to_the_nvml_rules() -> None:
     assert "gpu-idle" not in rules(build_report(snap, "recording", "x"))
     strict = FindingThresholds(gpu_idle_busy=0.7)
     assert "gpu-idle" in rules(build_report(snap, "recording", "x", strict))
+
+
+def test_a_headless_recording_carries_the_readings_into_the_report(tmp_path, capsys) -> None:
+    import os
+
+    from infertop.collect.nvml import NvmlCollector
+    from infertop.config import Config
+    from infertop.headless import record_headless
+    from infertop.record.reader import read_recording
+    from infertop.sources import ReplaySource
+
+    pid = os.getpid()
+    path = str(tmp_path / "gpu.infertop")
+    nvml = NvmlCollector(pid, interval=0.05, lib=FakeNvml("h100_pair.json", target_pid=pid))
+    assert record_headless(TargetInfo(pid, started=T0), Config(), path, 0.5, [nvml]) == 0
+    src = ReplaySource(read_recording(path), Config())
+    rep = build_report(build_snapshot(src.session, t=src.t), "recording", path)
+    g = rep["gpu"]
+    assert g["available"] and g["memory"]["process"] == 58720256000 and g["memory"]["nvml_device"] == 0
+    assert [u["index"] for u in g["utilization"]] == [0, 1] and g["utilization"][0]["target"]
