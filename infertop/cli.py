@@ -181,8 +181,8 @@ def _collectors(target, args: argparse.Namespace, cfg):  # type: ignore[no-untyp
     agent = replace(AGENT_DEFAULTS, stage_functions=tuple(cfg.stage_rules))
     window, period = getattr(args, "profile_window", None), getattr(args, "profile_period", None)
     if window is not None:
-        if not 0.05 <= window <= 30:
-            raise UsageError(f"--profile-window {window:g} is out of range", "use 0.05..30 s")
+        if not 0.1 <= window <= 10:
+            raise UsageError(f"--profile-window {window:g} is out of range", "use 0.1..10 s")
         agent = replace(agent, window_s=window)
     if period is not None:
         if period < agent.window_s:

@@ -35,12 +35,13 @@ TICK_S = 0.2  # how often the reader looks at the stop flag
 
 @dataclass(frozen=True)
 class AgentConfig:
-    """What the client asks the agent for (``configure``). Defaults are provisional."""
+    """What the client asks the agent for (``configure``). The defaults are the agent's own
+    (measured: about 1 % of a busy target's throughput, docs/performance.md)."""
 
-    window_s: float = 0.5  # length of one torch.profiler window
+    window_s: float = 0.25  # length of one torch.profiler window
     period_s: float = 10.0  # a window starts every this many seconds
     record_shapes: bool = False
-    max_events: int = 200_000  # a window is cut short (``truncated``) past this many events
+    max_events: int = 20_000  # a window is cut short (``truncated``) past this many events
     stage_functions: tuple[tuple[str, str], ...] = ()  # (stage, pattern), timed by the agent
 
     def message(self) -> dict[str, Any]:
@@ -137,6 +138,10 @@ class FrameReader:
 
 
 # -- messages → events ------------------------------------------------------------------------
+def _op_time(o: Any) -> list[Any] | None:
+    return None if o is None else [o["ops"], o["in_ops_us"], o["wall_us"]]
+
+
 def convert(msg: dict[str, Any]) -> list[Event]:
     """Events for one pushed message; [] for types this client does not know (protocol: new
     types may appear). Raises ValueError (or TypeError, KeyError) when a known one is malformed."""
@@ -147,6 +152,7 @@ def convert(msg: dict[str, Any]) -> list[Event]:
             msg["t_start"], msg["t_end"], "agent", msg["events"], msg["truncated"],
             msg["paths"], msg["kernels"], msg["memcpy"], msg["syncs"], msg["annotations"],
             None if gpu is None else [gpu["busy_us"], gpu["span_us"], gpu["max_gap_us"]],
+            _op_time(msg.get("op_time")),  # optional: agents before it did not send it
         ]  # fmt: skip
         return [decode_op_window(fields)]
     if kind == "spans":
