@@ -127,10 +127,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("trace", help="TRACE.json[.gz], or a directory of per-rank traces")
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="recording to write")
 
-    p = sub.add_parser("export", help="Chrome/Perfetto or speedscope export (coming)")
-    p.add_argument("file")
+    p = sub.add_parser(
+        "export",
+        help="a recording or trace as a Chrome/Perfetto trace, speedscope profiles or a Kineto trace",
+        description="chrome: Trace Event Format JSON for Perfetto / chrome://tracing (gzip when OUT "
+        "ends in .gz); speedscope: sampled CPU profiles per thread and per stage; kineto: the "
+        "recording's torch.profiler windows as a trace for TensorBoard / Holistic Trace Analysis. "
+        "See docs/export.md.",
+    )
+    p.add_argument("file", help="a recording, or a torch.profiler trace .json[.gz]")
     p.add_argument("--format", choices=("chrome", "speedscope", "kineto"), required=True)
     p.add_argument("-o", "--output", required=True, metavar="OUT")
+    p.add_argument("--stage", action="append", default=[], metavar="NAME=PATTERN")
+    p.add_argument("--config", metavar="FILE")
 
     p = sub.add_parser("diff", help="compare two recordings or traces (coming)")
     p.add_argument("base")
@@ -413,6 +422,16 @@ def cmd_import(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    from infertop.export.run import export
+
+    res = export(args.file, args.format, args.output, _config(args))
+    if res.warning:
+        print(f"infertop: warning: {res.warning}", file=sys.stderr)
+    print(f"infertop: wrote {res.output} ({res.events:,} events, {args.format})", file=sys.stderr)
+    return EXIT_OK
+
+
 def cmd_later(args: argparse.Namespace) -> int:
     raise UsageError(f"`infertop {args.command}` is not available yet", LATER[args.command])
 
@@ -424,7 +443,7 @@ COMMANDS = {
     "replay": cmd_replay,
     "report": cmd_report,
     "import": cmd_import,
-    "export": cmd_later,
+    "export": cmd_export,
     "diff": cmd_later,
     "demo": cmd_demo,
 }

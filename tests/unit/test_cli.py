@@ -151,7 +151,6 @@ def test_empty_trace_directory_is_5(tmp_path) -> None:
 @pytest.mark.parametrize(
     "argv,word",
     [
-        (["export", "f", "--format", "chrome", "-o", "o"], "export"),
         (["diff", "a", "b"], "diff"),
     ],
 )

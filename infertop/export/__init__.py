@@ -1,0 +1,1 @@
+"""Exports of recordings and torch.profiler traces: Chrome trace, speedscope, Kineto (docs/export.md)."""

@@ -1,0 +1,50 @@
+"""``infertop export``: picks the exporter for the input (recording or torch.profiler trace)
+and the format."""
+
+from __future__ import annotations
+
+import os
+
+from infertop.config import Config
+from infertop.errors import UsageError
+from infertop.export.chrome import ExportResult
+from infertop.report.trace import is_trace_path
+
+FORMATS = ("chrome", "speedscope", "kineto")
+
+
+def export(path: str, fmt: str, out: str, config: Config | None = None) -> ExportResult:
+    if fmt not in FORMATS:
+        raise UsageError(f"unknown export format {fmt!r}", f"use one of {', '.join(FORMATS)}")
+    if os.path.exists(out) and os.path.exists(path) and os.path.samefile(out, path):
+        raise UsageError("the output would overwrite the input", "give another -o OUT")
+    if os.path.isdir(out):
+        raise UsageError(f"{out} is a directory", "give a file name: -o OUT.json or OUT.json.gz")
+    trace = is_trace_path(path)
+    if trace and os.path.isdir(path):
+        raise UsageError(
+            f"{path} is a directory: export one trace at a time",
+            "infertop export RANK_TRACE.json --format chrome -o OUT.json.gz",
+        )
+    if fmt == "chrome":
+        if trace:
+            from infertop.export.chrome_trace import export_chrome_trace
+
+            return export_chrome_trace(path, out, (config or Config()).findings)
+        from infertop.export.chrome import export_chrome_recording
+
+        return export_chrome_recording(path, out, config)
+    if fmt == "speedscope":
+        from infertop.export.speedscope import export_speedscope
+
+        return export_speedscope(path, out, config, trace=trace)
+    if trace:
+        raise UsageError(
+            f"{path} already is a torch.profiler trace",
+            "open it as it is in TensorBoard or Holistic Trace Analysis",
+        )
+    try:
+        from infertop.export.kineto import export_kineto
+    except ImportError:
+        raise UsageError("--format kineto is not available yet", "use --format chrome") from None
+    return export_kineto(path, out)
