@@ -80,6 +80,10 @@ MAX_PATH_ROWS = 4000
 MAX_ANNOTATIONS = 2000
 MAX_KERNEL_ROWS = 2000
 MAX_SPANS_BUFFERED = 50000
+#: op_time: top-level ops on a thread less than this apart belong to one stretch of model work
+#: (the gap is Python and dispatch); a longer gap is another stage or waiting (measured on the
+#: samples: Python between ops is 1-60 us, tokenizer / JSON / queue gaps are milliseconds)
+OP_GAP_NS = 1000000
 SPAN_FLUSH_S = 0.5
 ALLOCATOR_EVERY_S = 1.0
 SEND_TIMEOUT_S = 5.0
@@ -264,7 +268,9 @@ def reduce_events(events, t_start, t_end, device_profiled=None):
     unplaced = []  # runtime calls outside any op on their thread
     annotations = []
     sync_item = device_profiled
+    tops_by_tid = {}  # tid -> [(start_ns, end_ns)] of its top-level ops, in start order
     for tid, lst in cpu_by_tid.items():
+        tops = tops_by_tid[tid] = []
         lst.sort(key=lambda e: (e[EV_START], -e[EV_DUR]))
         op_stack = []  # (end_ns, record index)
         ann_stack = []  # (end_ns, stage or None)
@@ -300,6 +306,7 @@ def reduce_events(events, t_start, t_end, device_profiled=None):
                 rec_child[parent] += ev[EV_DUR]
             else:
                 parent = -1
+                tops.append((start, end))
                 parent_node = 0
             idx = len(rec_node)
             rec_node.append(intern(parent_node, name))
@@ -436,7 +443,34 @@ def reduce_events(events, t_start, t_end, device_profiled=None):
         "syncs": syncs,
         "annotations": annots,
         "gpu": gpu_busy(intervals, t_start, t_end) if intervals else None,
+        "op_time": op_time(tops_by_tid),
     }
+
+
+def op_time(tops_by_tid, gap_ns=OP_GAP_NS):
+    """Time inside and outside torch ops on the thread that runs the most op time: its
+    top-level ops, grouped into stretches of model work (ops less than ``gap_ns`` apart).
+    ``wall_us`` is the stretches' length, ``in_ops_us`` the part under an op, so the rest is
+    Python and dispatch between the ops (python-overhead, tiny-ops). None without CPU ops."""
+    best = None
+    best_in = -1
+    for tid, tops in tops_by_tid.items():
+        inside = sum(e - s for s, e in tops)
+        if tops and inside > best_in:
+            best, best_in = tid, inside
+    if best is None:
+        return None
+    tops = tops_by_tid[best]
+    wall = 0
+    cur_s, cur_e = tops[0]
+    for s, e in tops[1:]:
+        if s - cur_e >= gap_ns:
+            wall += cur_e - cur_s
+            cur_s = s
+        if e > cur_e:
+            cur_e = e
+    wall += cur_e - cur_s
+    return {"tid": best, "ops": len(tops), "in_ops_us": _us(best_in), "wall_us": _us(max(wall, best_in))}
 
 
 def gpu_busy(intervals, t_start, t_end):

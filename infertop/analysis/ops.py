@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from infertop.analysis.flame import FlameNode
-from infertop.model.events import Frame, KernelStat, OpPath, OpWindow, SyncStat
+from infertop.model.events import Frame, KernelStat, OpPath, OpTime, OpWindow, SyncStat
 
 KINDS = ("compute", "memory", "communication")
 DEVICE_FILE = "cuda"  # ``Frame.file`` of a kernel/copy leaf in the device flame ("" for ops)
@@ -78,6 +78,9 @@ class OpTotals:
         self.memcpy: dict[tuple[str, str], list[float]] = {}  # [count, bytes, total]
         self.syncs: dict[str, list[float]] = {}  # [count, total]
         self.busy_us = self.span_us = self.max_gap_us = 0.0
+        self.timed = 0  # windows that carried op_time
+        self.top_ops = 0
+        self.in_ops_us = self.forward_wall_us = 0.0
 
     def add(self, w: OpWindow) -> None:
         self.windows += 1
@@ -106,10 +109,21 @@ class OpTotals:
             yacc = self.syncs.setdefault(y.name, [0, 0.0])
             yacc[0] += y.count
             yacc[1] += y.total_us
+        if w.op_time is not None:
+            self.timed += 1
+            self.top_ops += w.op_time.ops
+            self.in_ops_us += w.op_time.in_ops_us
+            self.forward_wall_us += w.op_time.wall_us
         if w.gpu is not None:
             self.busy_us += w.gpu.busy_us
             self.span_us += w.gpu.span_us
             self.max_gap_us = max(self.max_gap_us, w.gpu.max_gap_us)
+
+    def op_time(self) -> OpTime | None:
+        """The op thread's time summed over the windows that measured it."""
+        if not self.timed:
+            return None
+        return OpTime(self.top_ops, self.in_ops_us, self.forward_wall_us)
 
     def merged_paths(self) -> list[OpPath]:
         return [

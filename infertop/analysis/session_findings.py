@@ -59,9 +59,7 @@ def snapshot_input(snap: Snapshot) -> FindingInput:
         stage_shares=shares,
         stage_where={k: tuple(v) for k, v in where.items()},
         ops=ops,
-        # time outside ops needs the forward's wall time per thread, which windows do not carry
-        # yet: only the op time is known (enough for copy-heavy)
-        outside_ops=OutsideOps(wall_us=0.0, in_ops_us=cpu_self, ops=0) if cpu_self else None,
+        outside_ops=_outside_ops(snap, cpu_self),
         gpu=gpu,
         memory=memory,
         nvml=_nvml_busy(snap),
@@ -88,3 +86,13 @@ def _nvml_busy(snap: Snapshot) -> NvmlBusy | None:
     if snap.nvml is None:
         return None
     return nvml_busy(snap.nvml.readings, snap.nvml.working)
+
+
+def _outside_ops(snap: Snapshot, cpu_self: float) -> OutsideOps | None:
+    """Time outside torch ops inside the forward, from the windows' op_time (the op thread's
+    stretches of model work). Windows without it (older agents) give only the op time:
+    enough for copy-heavy, not for python-overhead / tiny-ops."""
+    t = snap.op_time
+    if t is not None and t.wall_us > 0:
+        return OutsideOps(wall_us=t.wall_us, in_ops_us=min(t.in_ops_us, t.wall_us), ops=t.ops)
+    return OutsideOps(wall_us=0.0, in_ops_us=cpu_self, ops=0) if cpu_self else None

@@ -20,7 +20,13 @@ from infertop.analysis.ops import (
 )
 from infertop.analysis.shares import StageShare, stage_shares
 from infertop.analysis.stages import IDLE
-from infertop.model.events import AllocatorReading, CollectorStatus, TargetExited, TargetInfo
+from infertop.model.events import (
+    AllocatorReading,
+    CollectorStatus,
+    OpTime,
+    TargetExited,
+    TargetInfo,
+)
 from infertop.model.session import Session, WindowSummary
 
 if TYPE_CHECKING:
@@ -65,6 +71,7 @@ class Snapshot:
     op_windows: int = 0
     op_seconds: float = 0.0  # wall time the windows covered
     op_truncated: int = 0  # windows cut short (max_events reached)
+    op_time: OpTime | None = None  # the op thread's time in and between ops, summed
     nvml: GpuView | None = None  # NVML readings up to t; None: none (the nvml status says why)
     findings: tuple[Finding, ...] = ()  # ranked; filled in by live_findings.with_findings
 
@@ -176,6 +183,7 @@ def build_snapshot(
         op_windows=op_totals.windows,
         op_seconds=op_totals.seconds,
         op_truncated=op_totals.truncated,
+        op_time=op_totals.op_time(),
         nvml=gpu_view(
             session.gpu_upto(t),
             [(w.window.t_start, w.window.t_end) for w in windows[-history:]],

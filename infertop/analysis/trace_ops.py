@@ -14,6 +14,9 @@ import numpy as np
 from infertop.collect.kineto import CAT, KinetoTrace
 
 STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
+#: with no ProfilerStep marks, top-level ops less than this apart are one stretch of model
+#: work and a longer gap is another stage or waiting: the agent's ``OP_GAP_NS`` in µs
+OP_GAP_US = 1000.0
 
 
 @dataclass(frozen=True)
@@ -146,6 +149,15 @@ def steps(trace: KinetoTrace) -> list[Span]:
     return out
 
 
+def _stretches(starts: np.ndarray, ends: np.ndarray) -> list[tuple[float, float]]:
+    """Top-level ops (one thread) grouped where the gap to the next is under ``OP_GAP_US``."""
+    order = np.argsort(starts, kind="stable")
+    s, e = starts[order], ends[order]
+    reach = np.maximum.accumulate(e)
+    at = np.flatnonzero(np.r_[True, s[1:] - reach[:-1] >= OP_GAP_US])
+    return list(zip(s[at].tolist(), np.maximum.reduceat(e, at).tolist()))
+
+
 @dataclass(frozen=True)
 class OutsideOps:
     """How much of the profiled wall time on the op threads no torch op covered."""
@@ -160,7 +172,8 @@ class OutsideOps:
 
 
 def time_outside_ops(trace: KinetoTrace) -> OutsideOps | None:
-    """Within each step (or, with no steps, the op thread's whole range): wall not under an op."""
+    """Within each step (or, with no steps, each stretch of model work on the op thread: top-
+    level ops less than ``OP_GAP_US`` apart, as the agent measures live): wall not under an op."""
     ops = trace.cat == CAT["cpu_op"]
     if not ops.any():
         return None
@@ -171,9 +184,10 @@ def time_outside_ops(trace: KinetoTrace) -> OutsideOps | None:
     main = tids[np.argmax(np.bincount(inverse, weights=trace.dur[top]))]
     top = top[trace.tid[top] == main]
     starts, ends = trace.ts[top], trace.ts[top] + trace.dur[top]
-    windows = [(s.ts, s.ts + s.dur) for s in steps(trace) if s.tid == main] or [
-        (float(starts.min()), float(ends.max()))
-    ]
+    windows = [(s.ts, s.ts + s.dur) for s in steps(trace) if s.tid == main]
+    if not windows:  # every op lies inside one stretch: the ops' time is all covered
+        wall = sum(b - a for a, b in _stretches(starts, ends))
+        return OutsideOps(wall, min(float((ends - starts).sum()), wall), int(len(top)))
     wall = covered = 0.0
     for w0, w1 in windows:
         s = np.clip(starts, w0, w1)

@@ -186,6 +186,17 @@ class GpuActivity:
 
 
 @dataclass(frozen=True, slots=True)
+class OpTime:
+    """The op thread's time in a window: its top-level ops, grouped into stretches of model
+    work (ops less than the agent's ``OP_GAP_NS`` apart); ``wall_us`` is the stretches' length,
+    ``in_ops_us`` the part under an op: the rest is Python and dispatch between ops."""
+
+    ops: int
+    in_ops_us: float
+    wall_us: float
+
+
+@dataclass(frozen=True, slots=True)
 class OpWindow:
     """One torch.profiler window over [t_start, t_end) (unix s), aggregated; durations in µs."""
 
@@ -200,6 +211,7 @@ class OpWindow:
     syncs: tuple[SyncStat, ...] = ()
     annotations: tuple[Annotation, ...] = ()
     gpu: GpuActivity | None = None
+    op_time: OpTime | None = None  # None: not measured (older agents and recordings)
 
 
 @dataclass(frozen=True, slots=True)

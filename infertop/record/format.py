@@ -27,6 +27,7 @@ from infertop.model.events import (
     Marker,
     MemcpyStat,
     OpPath,
+    OpTime,
     OpWindow,
     SampleWindow,
     StackDef,
@@ -145,6 +146,7 @@ def encode_op_window(w: OpWindow) -> list[Any]:
         [[y.name, y.count, y.total_us] for y in w.syncs],
         [[a.name, a.tid, a.t_start, a.t_end] for a in w.annotations],
         None if w.gpu is None else [w.gpu.busy_us, w.gpu.span_us, w.gpu.max_gap_us],
+        None if w.op_time is None else [w.op_time.ops, w.op_time.in_ops_us, w.op_time.wall_us],
     ]  # fmt: skip
 
 
@@ -220,9 +222,13 @@ def _decode_op_window(f: list[Any]) -> OpWindow:
     if g is not None and (not isinstance(g, list) or len(g) < 3):
         raise ValueError("bad gpu activity")
     gpu = None if g is None else GpuActivity(_num(g[0]), _num(g[1]), _num(g[2]))
+    o = f[11] if len(f) > 11 else None  # a trailing field: absent in older windows
+    if o is not None and (not isinstance(o, list) or len(o) < 3):
+        raise ValueError("bad op time")
+    op_time = None if o is None else OpTime(_int(o[0]), _num(o[1]), _num(o[2]))
     return OpWindow(
         _num(f[0]), _num(f[1]), _str(f[2]), _int(f[3]), f[4],
-        paths, kernels, memcpy, syncs, annotations, gpu,
+        paths, kernels, memcpy, syncs, annotations, gpu, op_time,
     )  # fmt: skip
 
 

@@ -243,8 +243,10 @@ def _windows(plan: _Plan, say: Progress) -> list[OpWindow]:
         body = reduce_events(per[w], t_start, t_end, device_profiled=device)
         # an annotation is listed once, in the window it starts in
         ann = [r for r in body["annotations"] if t_start <= r[2] < t_end]
+        o = body.get("op_time")
+        op_time = None if o is None else [o["ops"], o["in_ops_us"], o["wall_us"]]
         fields = [t_start, t_end, "kineto", len(own), False, body["paths"], body["kernels"],
-                  body["memcpy"], body["syncs"], ann, activity]  # fmt: skip
+                  body["memcpy"], body["syncs"], ann, activity, op_time]  # fmt: skip
         out.append(decode_op_window(fields))
     return out
 

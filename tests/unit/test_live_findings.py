@@ -1,0 +1,109 @@
+"""python-overhead and tiny-ops from a session's torch-profiler windows (the agent's op_time),
+at and around their thresholds; the op_time measure itself; its place in recordings."""
+
+from __future__ import annotations
+
+import msgpack
+import pytest
+
+from infertop.agent import payload as PL
+from infertop.analysis.live_findings import with_findings
+from infertop.analysis.snapshot import build_snapshot
+from infertop.analysis.trace_ops import OP_GAP_US
+from infertop.model.events import GpuActivity, KernelStat, OpPath, OpTime, OpWindow
+from infertop.model.session import Session
+from infertop.record.format import decode_event, encode_event
+
+T0 = 1_790_000_000.0
+
+
+def window(
+    i: int, in_ops_us: float, wall_us: float, ops: int, gpu: bool = False, timed: bool = True
+) -> OpWindow:
+    """A 0.25 s window whose op thread ran ``ops`` top-level ops for ``in_ops_us`` inside
+    stretches of model work ``wall_us`` long."""
+    paths = (OpPath(("aten::mul",), "forward", "cpu", ops, in_ops_us, in_ops_us),)
+    extra = {}
+    if gpu:
+        extra = {"kernels": (KernelStat("k", "compute", 10, 500.0, 40.0, 60.0),),
+                 "gpu": GpuActivity(500.0, 250_000.0, 1000.0)}  # fmt: skip
+    return OpWindow(
+        T0 + 10 * i, T0 + 10 * i + 0.25, "agent", ops * 2, False, paths,
+        op_time=OpTime(ops, in_ops_us, wall_us) if timed else None, **extra,
+    )  # fmt: skip
+
+
+def rules(*windows: OpWindow) -> dict[str, object]:
+    s = Session()
+    for w in windows:
+        s.apply(w)
+    return {f.rule: f for f in with_findings(build_snapshot(s)).findings}
+
+
+@pytest.mark.parametrize(
+    "in_ops_us, wall_us, ops, fires",
+    [
+        (70_000.0, 100_000.0, 500, True),  # 30 % outside: the threshold
+        (71_000.0, 100_000.0, 500, False),  # 29 %
+        (40_000.0, 100_000.0, 100, True),  # 60 % with the fewest ops judged
+        (40_000.0, 100_000.0, 99, False),  # too few ops to judge
+    ],
+)
+def test_python_overhead_threshold(in_ops_us: float, wall_us: float, ops: int, fires: bool) -> None:
+    assert ("python-overhead" in rules(window(0, in_ops_us, wall_us, ops))) is fires
+
+
+def test_python_overhead_sums_the_windows() -> None:
+    # 20 % and 50 % outside over equal walls: 35 % together
+    found = rules(window(0, 80_000.0, 100_000.0, 400), window(1, 50_000.0, 100_000.0, 400))
+    f = found["python-overhead"]
+    assert f.evidence["outside_share"] == pytest.approx(0.35)
+    assert f.evidence["top_level_ops"] == 800 and f.severity == "low"
+    assert "python-overhead" not in rules(window(0, 80_000.0, 100_000.0, 400))
+
+
+@pytest.mark.parametrize("mean_us, fires", [(9.9, True), (10.1, False)])
+def test_tiny_ops_on_the_cpu(mean_us: float, fires: bool) -> None:
+    ops = 5000
+    found = rules(window(0, mean_us * ops, 2 * mean_us * ops, ops))  # idle 50 % between ops
+    assert ("tiny-ops" in found) is fires
+    assert "python-overhead" in found
+
+
+def test_tiny_ops_cpu_branch_is_not_used_when_the_gpu_worked() -> None:
+    assert "tiny-ops" not in rules(window(0, 9_000.0, 20_000.0, 5000, gpu=True))
+
+
+def test_windows_without_op_time_keep_the_rules_silent_but_copy_heavy_works() -> None:
+    w = window(0, 10_000.0, 100_000.0, 1000, timed=False)
+    copies = OpPath(("aten::copy_",), "forward", "cpu", 50, 5_000.0, 5_000.0)
+    found = rules(OpWindow(w.t_start, w.t_end, "agent", 10, False, w.paths + (copies,)))
+    assert "python-overhead" not in found and "tiny-ops" not in found
+    assert "copy-heavy" in found  # copies: 5 of 15 ms of op time
+
+
+def ev(name: str, tid: int, start_us: float, dur_us: float, kind: str = "cpu_op") -> tuple:
+    return (kind, name, tid, int(start_us * 1000), int(dur_us * 1000), 0, 0, 0, None)
+
+
+def test_op_time_groups_top_level_ops_into_stretches_on_the_busiest_thread() -> None:
+    events = [
+        ev("a", 1, 0, 10), ev("child", 1, 2, 5), ev("b", 1, 30, 10),  # gap 20 µs: one stretch
+        ev("c", 1, 3000, 10),  # 2.96 ms later: a new stretch (another stage ran between)
+        ev("infertop:preprocess", 1, 1000, 1500, "user_annotation"),  # not an op
+        ev("x", 2, 0, 25),  # another thread with less op time
+    ]  # fmt: skip
+    t = PL.reduce_events(events, 0.0, 0.01)["op_time"]
+    assert t == {"tid": 1, "ops": 3, "in_ops_us": 30.0, "wall_us": 50.0}
+    assert PL.reduce_events([ev("infertop:x", 1, 0, 5, "user_annotation")], 0.0, 1.0)["op_time"] is None
+    assert OP_GAP_US * 1000 == PL.OP_GAP_NS  # the trace report cuts stretches the same way
+
+
+def test_op_time_travels_in_recordings_and_old_windows_still_read() -> None:
+    w = window(0, 70_000.0, 100_000.0, 500)
+    raw = msgpack.unpackb(msgpack.packb(encode_event(w)))
+    assert decode_event(raw) == w
+    old = raw[:-1]  # a 1.1 window: no trailing op_time
+    assert decode_event(old).op_time is None and decode_event(old).paths == w.paths
+    with pytest.raises(ValueError):
+        decode_event(raw[:-1] + [[1, 2]])
