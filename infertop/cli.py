@@ -16,11 +16,6 @@ from infertop.errors import EXIT_OK, EXIT_USAGE, InfertopError, UsageError
 
 AGENT_DEFAULTS = AgentConfig()
 
-LATER = {
-    "export": "export to Chrome/Perfetto and speedscope lands with the export & diff work",
-    "diff": "diff of recordings and traces lands with the export & diff work",
-}
-
 EPILOG = """\
 examples:
   infertop demo                          live UI on the bundled sample service
@@ -141,11 +136,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stage", action="append", default=[], metavar="NAME=PATTERN")
     p.add_argument("--config", metavar="FILE")
 
-    p = sub.add_parser("diff", help="compare two recordings or traces (coming)")
-    p.add_argument("base")
-    p.add_argument("new")
-    p.add_argument("--fail-above", type=float, metavar="PCT")
+    p = sub.add_parser(
+        "diff",
+        help="compare two recordings or traces; exit 1 on a regression above --fail-above",
+        description="Per-call latency (stage calls, ProfilerStep#N and other annotations) p50/p95, "
+        "stage shares, GPU time per step, the ops, kernels and frames that moved most, findings "
+        "new and gone. With --fail-above PCT: exit 1 when a latency, a stage share or GPU time "
+        "per step grew more than PCT % (a CI gate, see docs/export.md).",
+    )
+    p.add_argument("base", help="the reference: a recording or a torch.profiler trace")
+    p.add_argument("new", help="the candidate, of either kind")
+    p.add_argument(
+        "--fail-above", type=float, metavar="PCT",
+        help="exit 1 when a gated number grew more than PCT %% (without it: report only, exit 0)",
+    )
     p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("--stage", action="append", default=[], metavar="NAME=PATTERN")
+    p.add_argument("--config", metavar="FILE")
 
     p = sub.add_parser("demo", help="start the bundled sample service and attach the live UI")
     p.add_argument("--record", metavar="FILE", help="also record the session to FILE")
@@ -432,8 +439,21 @@ def cmd_export(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cmd_later(args: argparse.Namespace) -> int:
-    raise UsageError(f"`infertop {args.command}` is not available yet", LATER[args.command])
+def cmd_diff(args: argparse.Namespace) -> int:
+    from infertop.compare.diff import as_json, compare
+    from infertop.compare.profile import load_profile
+    from infertop.compare.render import render_text
+    from infertop.errors import EXIT_REGRESSION
+
+    if args.fail_above is not None and not args.fail_above >= 0:
+        raise UsageError(f"--fail-above {args.fail_above:g} must be a percentage >= 0")
+    cfg = _config(args)
+    res = compare(load_profile(args.base, cfg), load_profile(args.new, cfg), args.fail_above)
+    if args.format == "json":
+        sys.stdout.write(json.dumps(as_json(res), indent=2) + "\n")
+    else:
+        sys.stdout.write(render_text(res))
+    return EXIT_REGRESSION if res.regressions else EXIT_OK
 
 
 COMMANDS = {
@@ -444,7 +464,7 @@ COMMANDS = {
     "report": cmd_report,
     "import": cmd_import,
     "export": cmd_export,
-    "diff": cmd_later,
+    "diff": cmd_diff,
     "demo": cmd_demo,
 }
 

@@ -148,14 +148,10 @@ def test_empty_trace_directory_is_5(tmp_path) -> None:
     assert_one_clear_error(run("report", str(tmp_path)), 5, "no .json")
 
 
-@pytest.mark.parametrize(
-    "argv,word",
-    [
-        (["diff", "a", "b"], "diff"),
-    ],
-)
-def test_later_features_say_so_plainly(argv: list[str], word: str) -> None:
-    assert_one_clear_error(run(*argv), 2, "not available yet", word)
+def test_export_and_diff_of_a_missing_file_are_5(tmp_path) -> None:
+    missing = str(tmp_path / "nope.infertop")
+    assert_one_clear_error(run("export", missing, "--format", "chrome", "-o", str(tmp_path / "o.json")), 5, "no such file")
+    assert_one_clear_error(run("diff", missing, missing), 5, "no such file")
 
 
 def test_import_of_a_missing_trace_is_5(tmp_path) -> None:

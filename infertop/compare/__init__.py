@@ -1,0 +1,1 @@
+"""``infertop diff``: two recordings or traces compared, as a CI gate (docs/export.md)."""

@@ -1,0 +1,135 @@
+"""What ``diff`` compares, read the same way from a recording or a torch.profiler trace.
+
+- latencies: per-call durations (ms) by name: stage calls (``stage NAME``) and annotation
+  ranges (``ProfilerStep#N`` becomes ``ProfilerStep#*``, any ``#digits`` likewise);
+- stage shares of active time (recordings: py-spy samples);
+- time per step of every op and kernel (µs), and GPU time per step: over the profiled time
+  divided by the number of ``ProfilerStep#N`` ranges in it, or per profiled second when there
+  are none (``per`` says which);
+- the hottest Python frames (self share of samples), and the findings.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from infertop.config import Config
+
+STEP_RE = re.compile(r"^ProfilerStep#\d+$")
+NUMBERED = re.compile(r"#\d+$")
+
+
+def group_name(name: str) -> str:
+    return NUMBERED.sub("#*", name)
+
+
+@dataclass
+class Profile:
+    kind: str  # "recording" | "kineto"
+    path: str
+    seconds: float  # profiled wall time the per-second figures divide by
+    steps: int  # ProfilerStep ranges seen
+    latencies: dict[str, list[float]] = field(default_factory=dict)  # ms per call
+    stage_shares: dict[str, float] = field(default_factory=dict)
+    stage_rates: dict[str, float] = field(default_factory=dict)  # busy thread-s per wall s
+    frames: dict[str, float] = field(default_factory=dict)  # "func (file:line)" -> self share
+    ops: dict[str, float] = field(default_factory=dict)  # CPU op -> self µs (whole profile)
+    kernels: dict[str, float] = field(default_factory=dict)  # kernel/copy -> µs
+    gpu_us: float = 0.0  # device time (kernels, copies, memsets)
+    findings: dict[str, dict] = field(default_factory=dict)  # rule -> finding
+    warning: str | None = None
+
+
+def load_profile(path: str, config: Config | None = None) -> Profile:
+    from infertop.report.trace import is_trace_path
+
+    cfg = config or Config()
+    if is_trace_path(path):
+        return _from_trace(path, cfg)
+    return _from_recording(path, cfg)
+
+
+def _from_recording(path: str, cfg: Config) -> Profile:
+    from infertop.analysis.snapshot import build_snapshot
+    from infertop.record.reader import read_recording
+    from infertop.report.build import build_report
+    from infertop.sources import ReplaySource
+
+    rec = read_recording(path)
+    src = ReplaySource(rec, cfg)
+    s = src.session
+    snap = build_snapshot(s, t=src.t)
+    rep = build_report(snap, "recording", path, cfg.findings)
+    prof = Profile("recording", path, snap.op_seconds, 0, warning=rec.warning)
+    for sp in s.spans:
+        prof.latencies.setdefault(f"stage {sp.stage}", []).append((sp.t_end - sp.t_start) * 1000)
+    seen: set[tuple[str, int, float]] = set()
+    for w in s.op_windows:
+        for a in w.annotations:
+            key = (a.name, a.tid, a.t_start)
+            if key in seen or a.t_end < a.t_start:
+                continue
+            seen.add(key)
+            prof.latencies.setdefault(group_name(a.name), []).append((a.t_end - a.t_start) * 1000)
+            if STEP_RE.match(a.name):
+                prof.steps += 1
+    prof.stage_shares = {st["name"]: st["share"] for st in rep["stages"] if st["samples"]}
+    if rep["duration_s"] > 0:
+        prof.stage_rates = {st["name"]: st["seconds"] / rep["duration_s"] for st in rep["stages"] if st["samples"]}
+    for f in rep["top_frames"]:
+        label = f"{f['function']} ({_short(f['file'])}:{f['line']})"
+        prof.frames[label] = prof.frames.get(label, 0.0) + f["self_share"]
+    for o in snap.ops:
+        if o.device == "cpu":
+            prof.ops[o.name] = prof.ops.get(o.name, 0.0) + o.self_us
+    if snap.gpu is not None:
+        for k in snap.gpu.kernels:
+            prof.kernels[k.name] = prof.kernels.get(k.name, 0.0) + k.total_us
+        prof.gpu_us = float(sum(snap.gpu.kernel_time_us.values()))
+    prof.findings = {f["rule"]: f for f in rep["findings"]}
+    return prof
+
+
+def _short(path: str) -> str:
+    parts = path.replace("\\", "/").rsplit("/", 2)
+    return "/".join(parts[-2:])
+
+
+def _from_trace(path: str, cfg: Config) -> Profile:
+    import os
+
+    from infertop.analysis.findings import evaluate
+    from infertop.analysis.gpu import summarize_gpu
+    from infertop.analysis.trace_findings import trace_input
+    from infertop.analysis.trace_ops import op_table
+    from infertop.collect.kineto import CAT, GPU_CATS, read_trace
+    from infertop.errors import UsageError
+
+    if os.path.isdir(path):
+        raise UsageError(f"{path} is a directory: diff one trace against one trace",
+                         "pick the same rank from both runs")  # fmt: skip
+    t = read_trace(path)
+    wall = float((t.ts + t.dur).max() - t.ts.min()) / 1e6 if len(t) else 0.0
+    prof = Profile("kineto", path, wall, 0)
+    ann = np.flatnonzero(np.isin(t.cat, [CAT["user_annotation"], CAT["gpu_user_annotation"]]) & (t.dur >= 0))
+    for i in ann.tolist():
+        name = t.names[int(t.name[i])]
+        if t.cat[i] == CAT["gpu_user_annotation"]:
+            name = f"GPU {name}"
+        prof.latencies.setdefault(group_name(name), []).append(float(t.dur[i]) / 1000)
+        if t.cat[i] == CAT["user_annotation"] and STEP_RE.match(name):
+            prof.steps += 1
+    for r in op_table(t):
+        if r.device == "cpu":
+            prof.ops[r.name] = prof.ops.get(r.name, 0.0) + r.self_us
+        else:
+            prof.kernels[r.name] = prof.kernels.get(r.name, 0.0) + r.total_us
+    prof.gpu_us = float(t.dur[np.isin(t.cat, GPU_CATS)].sum())
+    gsum = summarize_gpu(t)
+    prof.findings = {f.rule: f.as_dict() for f in evaluate(trace_input(t, gsum), cfg.findings)}
+    if t.skipped:
+        prof.warning = f"{path}: {t.skipped} malformed events skipped"
+    return prof
