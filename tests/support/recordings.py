@@ -117,3 +117,32 @@ def write_session(path: str, seconds: int = 5, slow_encode: int = 0, scale: floa
         w.write(b)
     w.close()
     return path
+
+
+def write_busy(path: str, windows: int, threads: int = 8, stacks_per_thread: int = 12, depth: int = 10) -> str:
+    """A busy service, synthetic: every window, each thread in several distinct deep stacks
+    (a realistic sample stream: shared prefixes, different leaves), plus an op window every
+    ten windows. Exports to roughly 4 x threads x stacks_per_thread events per window."""
+    w = RecordingWriter(path)
+    frames = [Frame(f"f{d}_{k}", f"/srv/mod{k}.py", d + 1) for k in range(stacks_per_thread) for d in range(depth)]
+    defs: list = [TargetInfo(4242, "python busy.py", "3.11.7", "2.5.0", T0), StageRules(RULES)]
+    defs += [ThreadDef(1000 + t, f"worker-{t}") for t in range(threads)]
+    defs += [FrameDef(i, f) for i, f in enumerate(frames)]
+    # stack k: the first half shared by every stack, the rest its own
+    stacks = []
+    for k in range(stacks_per_thread):
+        shared = tuple(range(depth // 2))
+        own = tuple(k * depth + d for d in range(depth // 2, depth))
+        stacks.append(shared + own)
+    defs += [StackDef(i, s) for i, s in enumerate(stacks)]
+    w.write(defs)
+    for i in range(windows):
+        t = T0 + i
+        counts = tuple((1000 + th, (k + i + th) % stacks_per_thread, 1 + (k * 7 + i) % 5)
+                       for th in range(threads) for k in range(stacks_per_thread))  # fmt: skip
+        batch: list = [sample_window(t, counts)]
+        if i % 10 == 0:
+            batch.append(op_window(t + 0.1))
+        w.write(batch)
+    w.close()
+    return path

@@ -250,3 +250,24 @@ def test_a_damaged_recording_exports_up_to_the_damage(tmp_path) -> None:
     doc = load(out)
     assert validate(doc).problems == [] and "warning" in doc["otherData"]
     assert any(e.get("cat") == "python" for e in doc["traceEvents"])
+
+
+@pytest.mark.parametrize("fmt,name", [("chrome", "t.json.gz"), ("speedscope", "t.speedscope.json")])
+def test_memory_does_not_grow_with_the_number_of_events(fmt: str, name: str, tmp_path) -> None:
+    import tracemalloc
+
+    from support.recordings import write_busy
+
+    peaks, sizes = [], []
+    for windows in (40, 160):
+        rec = write_busy(str(tmp_path / f"b{windows}.infertop"), windows)
+        out = str(tmp_path / f"{windows}-{name}")
+        tracemalloc.start()
+        try:
+            res = export(rec, fmt, out)
+            peaks.append(tracemalloc.get_traced_memory()[1])
+        finally:
+            tracemalloc.stop()
+        sizes.append((res.events, os.path.getsize(out)))
+    assert sizes[1][0] >= 3.5 * sizes[0][0]  # four times the input, four times the events ...
+    assert peaks[1] < 1.25 * peaks[0] + 256 * 1024, (peaks, sizes)  # ... the same memory

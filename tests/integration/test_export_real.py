@@ -1,0 +1,62 @@
+"""export and diff on real recorded sessions of the bundled sample service."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import jsonschema
+import pytest
+
+from support.chrome_trace import load, validate
+
+from .helpers import ROOT, infertop, read_truth, start_target, stop_target
+
+pytestmark = pytest.mark.slow
+SCHEMA = json.loads((ROOT / "tests/fixtures/export/speedscope-schema.json").read_text())
+
+
+def _record(tmp_path, name: str, extra: list[str], inject: bool) -> str:
+    truth = str(tmp_path / f"{name}.truth.json")
+    target = start_target(["-m", "samples.textgen_service", "--clients", "2", "--truth", truth, *extra])
+    try:
+        while read_truth(truth)["requests"] < 3:  # serving
+            time.sleep(0.2)
+        out = str(tmp_path / f"{name}.infertop")
+        flags = ["--inject", "--profile-period", "1", "--profile-window", "0.2"] if inject else []
+        p = infertop("record", str(target.pid), "-o", out, "--duration", "4", *flags)
+        assert p.returncode == 0, p.stderr
+    finally:
+        stop_target(target)
+    return out
+
+
+def test_a_real_session_exports_and_diffs(tmp_path) -> None:
+    base = _record(tmp_path, "base", [], inject=True)
+    # the Chrome trace: valid on every track, with the service's threads, stages and torch ops
+    out = str(tmp_path / "base.json.gz")
+    p = infertop("export", base, "--format", "chrome", "-o", out)
+    assert p.returncode == 0, p.stderr
+    doc = load(out)
+    rep = validate(doc)
+    assert rep.problems == []
+    names = set(rep.names.values())
+    assert {"batcher", "stage · batcher"} <= names
+    ev = doc["traceEvents"]
+    assert {"forward", "preprocess"} <= {e["name"] for e in ev if e.get("cat") == "stage"}
+    assert any(e.get("cat") == "torch op" and e["name"].startswith("aten::") for e in ev)
+    # speedscope: schema-valid, a profile per sampled thread and per stage
+    ss = str(tmp_path / "base.speedscope.json")
+    assert infertop("export", base, "--format", "speedscope", "-o", ss).returncode == 0
+    sdoc = json.load(open(ss))
+    jsonschema.validate(sdoc, SCHEMA)
+    profiles = {x["name"] for x in sdoc["profiles"]}
+    assert "stage forward" in profiles and any(n.startswith("thread batcher") for n in profiles)
+    # diff: the session against itself passes; against a run with a slow tokenizer it fails
+    same = infertop("diff", base, base, "--fail-above", "5")
+    assert same.returncode == 0, same.stdout
+    slow = _record(tmp_path, "slow", ["--slow-tokenizer"], inject=False)
+    d = infertop("diff", base, slow, "--fail-above", "20", "--format", "json")
+    assert d.returncode == 1, d.stdout + d.stderr
+    regressed = {(r["what"], r["name"]) for r in json.loads(d.stdout)["regressions"]}
+    assert ("stage share", "preprocess") in regressed
