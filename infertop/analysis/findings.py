@@ -9,14 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from infertop.analysis.gpu import GpuSummary
-from infertop.analysis.gpu_series import NvmlBusy
+from infertop.analysis.gpu import GpuSummary, quantile
 from infertop.analysis.trace_ops import OpRow, OutsideOps
 from infertop.config import FindingThresholds
+
+if TYPE_CHECKING:  # a type only: a trace report need not load the NVML series module
+    from infertop.analysis.gpu_series import NvmlBusy
 
 COPY_OPS = ("aten::copy_", "aten::to", "aten::_to_copy", "aten::contiguous", "aten::clone")
 SYNC_OPS = ("aten::item", "aten::_local_scalar_dense")
@@ -169,7 +171,7 @@ def memcpy_small(inp: FindingInput, th: FindingThresholds) -> Finding | None:
         _severity(per_s, 1000, 10000),
         f"{100 * small:.0f}% of {len(b)} transfers are under {th.memcpy_small_bytes // 1024} KiB ({per_s:.0f}/s)",
         {"transfers": int(len(b)), "small_share": round(small, 3), "per_s": round(per_s, 1),
-         "median_bytes": int(np.median(b))},  # fmt: skip
+         "median_bytes": int(quantile(b, 0.5))},  # fmt: skip
         (),
         "batch small copies: gather them into one pinned staging tensor and copy once, or keep "
         "the values on the device; each copy pays a launch and a sync",
@@ -235,7 +237,7 @@ def tiny_ops(inp: FindingInput, th: FindingThresholds) -> Finding | None:
                 f"{100 * tiny:.0f}% of {len(k)} kernels run under {th.tiny_ops_us:g} µs and the "
                 f"GPU is busy only {100 * inp.gpu.busy_share:.0f}% of the time",
                 {"tiny_share": round(tiny, 3), "kernels": int(len(k)),
-                 "median_kernel_us": round(float(np.median(k)), 2),
+                 "median_kernel_us": round(quantile(k, 0.5), 2),
                  "gpu_busy_share": round(inp.gpu.busy_share, 3)},  # fmt: skip
                 (),
                 "the GPU waits on kernel launches: fuse ops (torch.compile), capture with CUDA "

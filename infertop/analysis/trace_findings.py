@@ -9,12 +9,12 @@ import numpy as np
 from infertop.analysis.findings import FindingInput
 from infertop.analysis.gpu import SYNC_RUNTIME, GpuSummary, memcpy_kind, summarize_gpu
 from infertop.analysis.trace_ops import enclosing_ops, op_table, time_outside_ops
-from infertop.collect.kineto import CAT, KinetoTrace
+from infertop.collect.kineto import CAT, KinetoTrace, distinct
 
 
 def _launching_ops(trace: KinetoTrace, gpu_mask: np.ndarray) -> list[str]:
     """Names of the CPU ops whose runtime calls launched the masked GPU events, most first."""
-    corr = np.unique(trace.correlation[gpu_mask & (trace.correlation >= 0)])
+    corr = distinct(trace.correlation[gpu_mask & (trace.correlation >= 0)])
     rt = trace.of("cuda_runtime", "cuda_driver") & np.isin(trace.correlation, corr)
     names = [trace.names[trace.name[j]] for j in enclosing_ops(trace, rt) if j is not None]
     return [n for n, _ in Counter(names).most_common()]
@@ -44,7 +44,7 @@ def trace_input(trace: KinetoTrace, gpu: GpuSummary | None = None) -> FindingInp
     start = float(trace.ts.min()) if len(trace) else 0.0
     end = float((trace.ts + trace.dur).max()) if len(trace) else 0.0
     copies = trace.cat == CAT["gpu_memcpy"]
-    kinds = {nid: memcpy_kind(trace.names[nid]) for nid in np.unique(trace.name[copies])}
+    kinds = {nid: memcpy_kind(trace.names[nid]) for nid in distinct(trace.name[copies])}
     sites: dict[tuple[str, str], tuple[str, ...]] = {}
     for key in set(kinds.values()):
         ids = [n for n, k in kinds.items() if k == key]

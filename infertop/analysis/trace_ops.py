@@ -62,27 +62,32 @@ def _nesting(trace: KinetoTrace, mask: np.ndarray) -> Nesting:
     idx = np.flatnonzero(mask)
     order = np.lexsort((-trace.dur[idx], trace.ts[idx], trace.tid[idx], trace.pid[idx]))
     idx = idx[order]
-    dur = trace.dur[idx]
-    self_t = dur.copy()
-    depth = np.zeros(len(idx), dtype=np.int32)
-    parent = np.full(len(idx), -1, dtype=np.int64)
-    ts, end = trace.ts[idx], trace.ts[idx] + dur
+    n = len(idx)
+    # plain lists: indexing numpy arrays one element at a time costs several times more
+    dur = trace.dur[idx].tolist()
+    ts = trace.ts[idx].tolist()
+    end = [a + b for a, b in zip(ts, dur)]
     pid, tid = trace.pid[idx], trace.tid[idx]
+    new_thread = np.r_[True, (pid[1:] != pid[:-1]) | (tid[1:] != tid[:-1])].tolist() if n else []
+    self_t = list(dur)
+    depth = [0] * n
+    parent = [-1] * n
     stack: list[int] = []
-    thread = None
-    for i in range(len(idx)):
-        key = (pid[i], tid[i])
-        if key != thread:
-            stack, thread = [], key
-        while stack and ts[i] >= end[stack[-1]]:
+    for i in range(n):
+        if new_thread[i]:
+            stack = []
+        t0 = ts[i]
+        while stack and t0 >= end[stack[-1]]:
             stack.pop()
         if stack:
             p = stack[-1]
-            self_t[p] -= min(dur[i], end[p] - ts[i])
+            e = end[p] - t0
+            self_t[p] -= dur[i] if dur[i] < e else e
             depth[i] = len(stack)
             parent[i] = p
         stack.append(i)
-    return Nesting(idx, np.maximum(self_t, 0.0), depth, parent)
+    self_arr = np.maximum(np.array(self_t, dtype=np.float64), 0.0)
+    return Nesting(idx, self_arr, np.array(depth, dtype=np.int32), np.array(parent, dtype=np.int64))
 
 
 def enclosing_ops(trace: KinetoTrace, mask: np.ndarray) -> list[int | None]:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from infertop.collect.kineto import CAT, CATEGORIES, GPU_CATS, KinetoTrace, read_trace
+from infertop.collect.kineto import CAT, CATEGORIES, GPU_CATS, KinetoTrace, distinct, read_trace
 from infertop.errors import BadInputFile, UsageError
 from infertop.model.events import CollectorStatus, Event, Marker, OpWindow, StageRules, TargetInfo
 from infertop.record.format import decode_op_window
@@ -258,7 +258,7 @@ class _GpuBusy:
         self.devices = []
         m = np.isin(plan.cats, GPU_CATS)
         dev = plan.trace.pid[plan.idx]
-        for d in np.unique(dev[m]):
+        for d in distinct(dev[m]):
             sel = m & (dev == d)
             s, e = plan.rel[sel], plan.rel[sel] + plan.dns[sel]
             order = np.argsort(s, kind="stable")
