@@ -43,8 +43,6 @@ def export(path: str, fmt: str, out: str, config: Config | None = None) -> Expor
             f"{path} already is a torch.profiler trace",
             "open it as it is in TensorBoard or Holistic Trace Analysis",
         )
-    try:
-        from infertop.export.kineto import export_kineto
-    except ImportError:
-        raise UsageError("--format kineto is not available yet", "use --format chrome") from None
+    from infertop.export.kineto import export_kineto
+
     return export_kineto(path, out)

@@ -271,3 +271,60 @@ def test_memory_does_not_grow_with_the_number_of_events(fmt: str, name: str, tmp
         sizes.append((res.events, os.path.getsize(out)))
     assert sizes[1][0] >= 3.5 * sizes[0][0]  # four times the input, four times the events ...
     assert peaks[1] < 1.25 * peaks[0] + 256 * 1024, (peaks, sizes)  # ... the same memory
+
+
+def _kernel_time(path: str) -> dict[str, float]:
+    from infertop.analysis.gpu import summarize_gpu
+
+    return summarize_gpu(read_trace(path)).kernel_time_us
+
+
+def test_kineto_export_round_trips_device_time_copies_and_steps(tmp_path) -> None:
+    rec = write_session(str(tmp_path / "s.infertop"), seconds=5)  # 3 op windows
+    out = str(tmp_path / "s.pt.trace.json.gz")
+    assert main(["export", rec, "--format", "kineto", "-o", out]) == 0
+    t = read_trace(out)
+    assert _kernel_time(out) == pytest.approx({"compute": 3 * 2000.0, "memory": 3 * 400.0, "communication": 0.0})
+    copies = t.cat == CAT["gpu_memcpy"]
+    assert int(t.nbytes[copies].sum()) == 3 * (5 << 20)
+    steps = [t.names[i] for i in t.name[t.cat == CAT["user_annotation"]]]
+    assert steps.count("ProfilerStep#1") == 3 and steps.count("ProfilerStep#2") == 3
+    # every kernel is linked to the launch inside the op that issued it
+    kernels = t.cat == CAT["kernel"]
+    launches = set(t.correlation[t.cat == CAT["cuda_runtime"]].tolist())
+    assert set(t.correlation[kernels].tolist()) <= launches
+    # the trace reads as a trace: report finds the pageable copies, and it exports to Chrome
+    p = subprocess.run([sys.executable, "-m", "infertop", "report", out, "--format", "json"],
+                       capture_output=True, text=True)  # fmt: skip
+    assert p.returncode == 0 and "memcpy-pageable" in {f["rule"] for f in json.loads(p.stdout)["findings"]}
+    export(out, "chrome", str(tmp_path / "again.json"))
+    assert validate(load(str(tmp_path / "again.json"))).problems == []
+
+
+def test_kineto_export_needs_profiler_windows(tmp_path) -> None:
+    rec = str(tmp_path / "samples-only.infertop")
+    w = RecordingWriter(rec)
+    w.write(definitions() + [sample_window(1_700_000_000.0, ((MAIN, 0, 10),))])
+    w.close()
+    p = subprocess.run([sys.executable, "-m", "infertop", "export", rec, "--format", "kineto", "-o",
+                        str(tmp_path / "k.json")], capture_output=True, text=True)  # fmt: skip
+    assert p.returncode == 5 and "no torch-profiler windows" in p.stderr
+
+
+@needs_traces
+def test_an_imported_trace_exports_everywhere(tmp_path) -> None:
+    from infertop.record.import_kineto import import_trace
+
+    trace = str(TRACES / "a100_alexnet_pageable_memcpy.json.gz")
+    rec = str(tmp_path / "alexnet.infertop")
+    import_trace(trace, rec)
+    chrome = str(tmp_path / "alexnet.json.gz")
+    export(rec, "chrome", chrome)
+    doc = load(chrome)
+    assert validate(doc).problems == []
+    assert any(e.get("cat") == "gpu copy" and "Pageable" in e["name"] for e in doc["traceEvents"])
+    kineto = str(tmp_path / "alexnet.pt.trace.json")
+    export(rec, "kineto", kineto)
+    want, got = _kernel_time(trace), _kernel_time(kineto)
+    for kind in ("compute", "memory"):
+        assert got[kind] == pytest.approx(want[kind], rel=1e-3)
