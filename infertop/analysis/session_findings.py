@@ -7,6 +7,8 @@ those rules silent.
 
 from __future__ import annotations
 
+import numpy as np
+
 from infertop.analysis.findings import FindingInput, MemoryState
 from infertop.analysis.gpu import GpuSummary
 from infertop.analysis.gpu_series import NvmlBusy, memory_summary, nvml_busy
@@ -60,6 +62,8 @@ def snapshot_input(snap: Snapshot) -> FindingInput:
         stage_where={k: tuple(v) for k, v in where.items()},
         ops=ops,
         outside_ops=_outside_ops(snap, cpu_self),
+        kernel_durations_us=_kernel_durations(snap),
+        transfer_bytes=_transfer_bytes(snap),
         gpu=gpu,
         memory=memory,
         nvml=_nvml_busy(snap),
@@ -96,3 +100,22 @@ def _outside_ops(snap: Snapshot, cpu_self: float) -> OutsideOps | None:
     if t is not None and t.wall_us > 0:
         return OutsideOps(wall_us=t.wall_us, in_ops_us=min(t.in_ops_us, t.wall_us), ops=t.ops)
     return OutsideOps(wall_us=0.0, in_ops_us=cpu_self, ops=0) if cpu_self else None
+
+
+def _kernel_durations(snap: Snapshot) -> np.ndarray | None:
+    """One duration per kernel, as near as windows tell (they keep count, total, min and max
+    per kernel name): every call of a name at its mean, clamped to [min, max]."""
+    g = snap.gpu
+    kernels = [k for k in (g.kernels if g else ()) if k.kind != "memory" and k.count > 0]
+    if not kernels:
+        return None
+    means = [min(max(k.total_us / k.count, k.min_us), k.max_us) for k in kernels]
+    return np.repeat(np.array(means, dtype=np.float64), [k.count for k in kernels])
+
+
+def _transfer_bytes(snap: Snapshot) -> np.ndarray | None:
+    """One size per copy (memsets excluded), each at its direction and memory kind's mean."""
+    rows = [m for m in (snap.gpu.memcpy if snap.gpu else ()) if m.kind != "memset" and m.count > 0]
+    if not rows:
+        return None
+    return np.repeat(np.array([m.bytes / m.count for m in rows]), [m.count for m in rows])

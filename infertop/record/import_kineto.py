@@ -3,8 +3,9 @@
 The trace's events go through the agent's own window reduction (``reduce_events``), so an
 imported trace and a live session read the same way: op call paths with stages, the kernels
 and copies each op launched, copies by kind, syncs and annotations. The timeline is cut into
-windows at ``ProfilerStep#N`` boundaries, and long stretches into slices of ``SLICE_S``, so
-replay has something to play through. An op tree stays whole in the window its outermost op
+windows at ``ProfilerStep#N`` boundaries (a step is one window: one forward, whose time
+outside ops is measured as the trace report does) and other long stretches into slices of
+``SLICE_S``, so replay has something to play through. An op tree stays whole in the window its outermost op
 started in; device work goes with the runtime call that launched it. GPU busy time is the
 union of device activity clipped to each window, so the windows' sums equal the whole trace's.
 """
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from infertop.analysis.trace_ops import cpu_nesting, steps
 from infertop.collect.kineto import CAT, CATEGORIES, GPU_CATS, KinetoTrace, distinct, read_trace
 from infertop.errors import BadInputFile, UsageError
 from infertop.model.events import CollectorStatus, Event, Marker, OpWindow, StageRules, TargetInfo
@@ -131,6 +133,30 @@ class _Plan:
         self.pid = int(pids[int(np.argmax(counts))]) if len(pids) else None
         self.bounds = self._bounds()
         self.window_of = self._assign()
+        self.step_time = self._step_times(origin_us)
+
+    def _step_times(self, origin_us: float) -> dict[tuple[int, int], list[float]]:
+        """op_time of each ProfilerStep#N window on the op thread, the way the trace report
+        measures time outside ops (trace_ops.time_outside_ops): top-level ops clipped to it."""
+        t = self.trace
+        if not self.steps or not (t.cat == CAT["cpu_op"]).any():
+            return {}
+        nest = cpu_nesting(t)
+        top = nest.idx[nest.depth == 0]
+        tids, inverse = np.unique(t.tid[top], return_inverse=True)
+        main = tids[np.argmax(np.bincount(inverse, weights=t.dur[top]))]
+        top = top[t.tid[top] == main]
+        starts, ends = t.ts[top], t.ts[top] + t.dur[top]
+        out = {}
+        for s in steps(t):
+            if s.tid != main:
+                continue
+            a = int(np.rint((s.ts - origin_us) * 1000))
+            key = (a, a + int(np.rint(s.dur * 1000)))
+            lo, hi = np.clip(starts, s.ts, s.ts + s.dur), np.clip(ends, s.ts, s.ts + s.dur)
+            inside = hi > lo
+            out[key] = [int(inside.sum()), float((hi - lo)[inside].sum()), float(s.dur)]
+        return out
 
     def _unix(self, rel_ns: int) -> float:
         return (self.origin_ns + rel_ns) / 1e9
@@ -138,17 +164,20 @@ class _Plan:
     def _bounds(self) -> list[int]:
         """Window edges in relative ns: the trace's ends, step edges, then slices."""
         t = self.trace
+        self.steps: set[tuple[int, int]] = set()  # ProfilerStep#N (start, end)
         lo, hi = int(self.rel.min()), int((self.rel + self.dns).max()) + 1
         edges = {lo, hi}
         ua = np.flatnonzero(self.cats == CAT["user_annotation"])
         for j in ua:
             if STEP_RE.match(t.names[t.name[self.idx[j]]]):
-                edges.update(e for e in (int(self.rel[j]), int(self.rel[j] + self.dns[j])) if lo < e < hi)
+                step = (int(self.rel[j]), int(self.rel[j] + self.dns[j]))
+                self.steps.add(step)
+                edges.update(e for e in step if lo < e < hi)
         slice_ns = max(int(SLICE_S * 1e9), (hi - lo) // MAX_WINDOWS + 1)
         out: list[int] = []
         ordered = sorted(edges)
-        for a, b in zip(ordered, ordered[1:]):
-            pieces = max(1, -(-(b - a) // slice_ns))
+        for a, b in zip(ordered, ordered[1:]):  # a step stays one window: one forward
+            pieces = 1 if (a, b) in self.steps else max(1, -(-(b - a) // slice_ns))
             out += [a + (b - a) * k // pieces for k in range(pieces)]
         out.append(hi)
         return out
@@ -245,6 +274,8 @@ def _windows(plan: _Plan, say: Progress) -> list[OpWindow]:
         ann = [r for r in body["annotations"] if t_start <= r[2] < t_end]
         o = body.get("op_time")
         op_time = None if o is None else [o["ops"], o["in_ops_us"], o["wall_us"]]
+        if plan.steps:  # as the trace report reads it: each step on the op thread is a forward
+            op_time = plan.step_time.get((a, b))
         fields = [t_start, t_end, "kineto", len(own), False, body["paths"], body["kernels"],
                   body["memcpy"], body["syncs"], ann, activity, op_time]  # fmt: skip
         out.append(decode_op_window(fields))

@@ -166,3 +166,15 @@ def test_missing_trace_and_unwritable_output(tmp_path: Path) -> None:
     assert p.returncode == 5 and "no such file" in p.stderr and "Traceback" not in p.stderr
     p = run("import", str(trace("cpu_only_rank34")), "-o", str(tmp_path / "no" / "dir" / "o.infertop"))
     assert p.returncode == 2 and "cannot write" in p.stderr and "Traceback" not in p.stderr
+
+
+@pytest.mark.parametrize("name", ["a100_80gb_rank0", "a100_sampled_rank0", "v100_training_rank0", "cpu_only_rank34"])
+def test_the_recording_raises_the_traces_findings(name: str, tmp_path: Path) -> None:
+    """Windows keep copies as per-kind totals, not one size per copy: memcpy-small, which
+    needs the sizes' spread, is the one rule a recording cannot judge as the trace does."""
+    want = {f["rule"]: f for f in report(trace(name))["findings"] if f["rule"] != "memcpy-small"}
+    got = {f["rule"]: f for f in report(imported(name, tmp_path))["findings"]}
+    assert set(got) == set(want)
+    if "python-overhead" in want:  # each ProfilerStep#N is one window, measured the same way
+        share = want["python-overhead"]["evidence"]["outside_share"]
+        assert got["python-overhead"]["evidence"]["outside_share"] == pytest.approx(share, abs=1e-3)
