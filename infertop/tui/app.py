@@ -111,6 +111,7 @@ class InfertopApp(App[None]):
         self.paused = False
         self.stage_filter: str | None = None
         self.view = VIEWS[0]  # what the lower panel shows
+        self._view_chosen = False  # the user picked a view (o): never switch it for them
         self.error: str | None = None
 
     # -- layout -------------------------------------------------------------------------------
@@ -164,6 +165,11 @@ class InfertopApp(App[None]):
         if self.replay:
             self.query_one(Timeline).show(snap.replay)
         self._show_findings(snap)
+        if not self._view_chosen and snap.op_windows and not snap.samples:
+            # torch ops but no Python samples (an imported trace, py-spy denied): show the ops
+            self._view_chosen = True
+            if self.view == "python":
+                self.show_view("ops")
 
     def on_ingest_error(self, message: IngestError) -> None:
         self.error = message.text
@@ -247,6 +253,7 @@ class InfertopApp(App[None]):
 
     def action_cycle_view(self) -> None:
         """Python flame → torch-ops flame → ops table → Python flame."""
+        self._view_chosen = True
         self.show_view(VIEWS[(VIEWS.index(self.view) + 1) % len(VIEWS)])
 
     def show_view(self, view: str) -> None:

@@ -124,3 +124,26 @@ def test_evidence_reads_with_units() -> None:
     assert "busy_share: 6.1%" in text and "busy_us: 12.50 ms" in text
     assert "    HtoD pageable:" in text and "bytes: 3.0 MiB" in text
     assert "gaps_ms: 120.5, 101" in text and "op aten::copy_, self_us 80.0 µs" in text
+
+
+TRACE = Path("/work/shared/traces/a100_sampled_rank0.json.gz")
+if not TRACE.exists():
+    TRACE = Path(__file__).resolve().parents[3] / "shared" / "traces" / TRACE.name
+
+
+async def test_an_imported_trace_replays_with_its_ops_and_findings(tmp_path: Path) -> None:
+    if not TRACE.exists():
+        pytest.skip("the shared traces are not here")
+    from infertop.record.import_kineto import import_trace
+
+    out = tmp_path / "trace.infertop"
+    import_trace(str(TRACE), str(out))
+    app = create_app(ReplaySource(read_recording(str(out)), Config()), title="t")
+    async with app.run_test(size=(120, 40)) as pilot:
+        # no Python samples in a trace: the panel opens on the torch ops instead
+        await wait_for(pilot, lambda: app.displayed is not None and app.view == "ops")
+        await shows(pilot, app, "aten::linear")
+        assert "i: 3 findings" in app.query_one(FlamePanel).border_subtitle
+        screen = await _open(pilot, app)
+        assert [f.rule for f in screen.findings][0] == "python-overhead"
+        await shows(pilot, app, "outside_share: 54.6%")

@@ -99,10 +99,12 @@ def evidence_lines(evidence: dict[str, Any], indent: str = "  ") -> list[str]:
 
 
 def finding_prompt(f: Finding, width: int = 200) -> Text:
+    """One line: severity, rule, title (cut with … to fit ``width`` cells)."""
     line = Text(no_wrap=True, overflow="ellipsis")
     line.append(f"{f.severity:<6} ", style=SEVERITY_STYLE.get(f.severity, ""))
     line.append(f"{f.rule:<24}", style="bold")
-    line.append(f.title[:width])
+    room = max(10, width - 36)  # the list pads each option
+    line.append(f.title if len(f.title) <= room else f.title[: room - 1] + "…")
     return line
 
 
@@ -199,7 +201,8 @@ class FindingsScreen(ModalScreen[Jump | None]):
         keep = self.selected.rule if self.selected else None
         self.findings = snapshot.findings if snapshot is not None else ()
         options.clear_options()
-        options.add_options(Option(finding_prompt(f), id=f.rule) for f in self.findings)
+        width = options.scrollable_content_region.width or self.app.size.width - 8
+        options.add_options(Option(finding_prompt(f, width), id=f.rule) for f in self.findings)
         if self.findings:
             rules = [f.rule for f in self.findings]
             options.highlighted = rules.index(keep) if keep in rules else 0
