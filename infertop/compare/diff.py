@@ -68,8 +68,10 @@ def _per(p: Profile, per: str) -> float:
 
 
 def _movers(base: dict[str, float], new: dict[str, float], db: float, dn: float) -> list[Mover]:
-    rows = [Mover(k, base.get(k, 0.0) / db if db else 0.0, new.get(k, 0.0) / dn if dn else 0.0)
-            for k in set(base) | set(new)]  # fmt: skip
+    rows = [
+        Mover(k, base.get(k, 0.0) / db if db else 0.0, new.get(k, 0.0) / dn if dn else 0.0)
+        for k in set(base) | set(new)
+    ]
     rows.sort(key=lambda m: -abs(m.new - m.base))
     return [m for m in rows if m.new != m.base][:TOP]
 
@@ -78,25 +80,49 @@ def compare(base: Profile, new: Profile, fail_above: float | None = None) -> Dif
     per = "step" if base.steps and new.steps else "s"
     res = DiffResult(base, new, per, fail_above=fail_above)
     if (base.steps or new.steps) and per == "s":
-        res.notes.append("only one side has ProfilerStep ranges: op and GPU time compared per profiled second")
+        res.notes.append(
+            "only one side has ProfilerStep ranges: op and GPU time compared per profiled second"
+        )
     for name in sorted(set(base.latencies) | set(new.latencies)):
         b, n = sorted(base.latencies.get(name, ())), sorted(new.latencies.get(name, ()))
         both = bool(b and n)
         for q in (50, 95):
-            res.rows.append(Row("latency", f"{name} p{q}", percentile(b, q) if b else None,
-                                percentile(n, q) if n else None, "ms", gated=both))  # fmt: skip
+            res.rows.append(
+                Row(
+                    "latency",
+                    f"{name} p{q}",
+                    percentile(b, q) if b else None,
+                    percentile(n, q) if n else None,
+                    "ms",
+                    gated=both,
+                )
+            )
     sampled = bool(base.stage_shares and new.stage_shares)  # a trace has no samples
     for name in sorted(set(base.stage_shares) | set(new.stage_shares)):
         if name == "idle":
             continue
-        res.rows.append(Row("stage share", name, base.stage_shares.get(name, 0.0) if base.stage_shares else None,
-                            new.stage_shares.get(name, 0.0) if new.stage_shares else None, "share",
-                            gated=sampled, rates=(base.stage_rates.get(name, 0.0),
-                                                  new.stage_rates.get(name, 0.0))))  # fmt: skip
+        res.rows.append(
+            Row(
+                "stage share",
+                name,
+                base.stage_shares.get(name, 0.0) if base.stage_shares else None,
+                new.stage_shares.get(name, 0.0) if new.stage_shares else None,
+                "share",
+                gated=sampled,
+                rates=(base.stage_rates.get(name, 0.0), new.stage_rates.get(name, 0.0)),
+            )
+        )
     db, dn = _per(base, per), _per(new, per)
     if (base.gpu_us or new.gpu_us) and db and dn:
-        res.rows.append(Row("gpu per step" if per == "step" else "gpu per s", "GPU time",
-                            base.gpu_us / db, new.gpu_us / dn, "µs"))  # fmt: skip
+        res.rows.append(
+            Row(
+                "gpu per step" if per == "step" else "gpu per s",
+                "GPU time",
+                base.gpu_us / db,
+                new.gpu_us / dn,
+                "µs",
+            )
+        )
     res.ops = _movers(base.ops, new.ops, db, dn)
     res.kernels = _movers(base.kernels, new.kernels, db, dn)
     res.frames = _movers(base.frames, new.frames, 1.0, 1.0)
@@ -131,22 +157,48 @@ def as_json(res: DiffResult) -> dict[str, Any]:
 
     return {
         "infertop_diff": DIFF_VERSION,
-        "base": {"kind": res.base.kind, "path": res.base.path, "steps": res.base.steps,
-                 "seconds": num(res.base.seconds, 3)},
-        "new": {"kind": res.new.kind, "path": res.new.path, "steps": res.new.steps,
-                "seconds": num(res.new.seconds, 3)},
+        "base": {
+            "kind": res.base.kind,
+            "path": res.base.path,
+            "steps": res.base.steps,
+            "seconds": num(res.base.seconds, 3),
+        },
+        "new": {
+            "kind": res.new.kind,
+            "path": res.new.path,
+            "steps": res.new.steps,
+            "seconds": num(res.new.seconds, 3),
+        },
         "per": res.per,
         "compared": [
-            {"what": r.what, "name": r.name, "base": num(r.base), "new": num(r.new), "unit": r.unit,
-             "change_pct": num(r.change_pct, 2), "gated": r.gated,
-             "regressed": r in res.regressions}
+            {
+                "what": r.what,
+                "name": r.name,
+                "base": num(r.base),
+                "new": num(r.new),
+                "unit": r.unit,
+                "change_pct": num(r.change_pct, 2),
+                "gated": r.gated,
+                "regressed": r in res.regressions,
+            }
             for r in res.rows
         ],
-        "ops": [{"name": m.name, "base_us": num(m.base, 3), "new_us": num(m.new, 3)} for m in res.ops],
-        "kernels": [{"name": m.name, "base_us": num(m.base, 3), "new_us": num(m.new, 3)} for m in res.kernels],
-        "frames": [{"name": m.name, "base_self_share": num(m.base), "new_self_share": num(m.new)} for m in res.frames],
+        "ops": [
+            {"name": m.name, "base_us": num(m.base, 3), "new_us": num(m.new, 3)} for m in res.ops
+        ],
+        "kernels": [
+            {"name": m.name, "base_us": num(m.base, 3), "new_us": num(m.new, 3)}
+            for m in res.kernels
+        ],
+        "frames": [
+            {"name": m.name, "base_self_share": num(m.base), "new_self_share": num(m.new)}
+            for m in res.frames
+        ],
         "findings": {"new": res.findings_new, "gone": res.findings_gone},
         "fail_above_pct": res.fail_above,
-        "regressions": [{"what": r.what, "name": r.name, "change_pct": num(r.change_pct, 2)} for r in res.regressions],
+        "regressions": [
+            {"what": r.what, "name": r.name, "change_pct": num(r.change_pct, 2)}
+            for r in res.regressions
+        ],
         "notes": res.notes,
-    }  # fmt: skip
+    }

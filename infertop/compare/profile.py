@@ -78,7 +78,9 @@ def _from_recording(path: str, cfg: Config) -> Profile:
                 prof.steps += 1
     prof.stage_shares = {st["name"]: st["share"] for st in rep["stages"] if st["samples"]}
     if rep["duration_s"] > 0:
-        prof.stage_rates = {st["name"]: st["seconds"] / rep["duration_s"] for st in rep["stages"] if st["samples"]}
+        prof.stage_rates = {
+            st["name"]: st["seconds"] / rep["duration_s"] for st in rep["stages"] if st["samples"]
+        }
     for f in rep["top_frames"]:
         label = f"{f['function']} ({_short(f['file'])}:{f['line']})"
         prof.frames[label] = prof.frames.get(label, 0.0) + f["self_share"]
@@ -109,12 +111,16 @@ def _from_trace(path: str, cfg: Config) -> Profile:
     from infertop.errors import UsageError
 
     if os.path.isdir(path):
-        raise UsageError(f"{path} is a directory: diff one trace against one trace",
-                         "pick the same rank from both runs")  # fmt: skip
+        raise UsageError(
+            f"{path} is a directory: diff one trace against one trace",
+            "pick the same rank from both runs",
+        )
     t = read_trace(path)
     wall = float((t.ts + t.dur).max() - t.ts.min()) / 1e6 if len(t) else 0.0
     prof = Profile("kineto", path, wall, 0)
-    ann = np.flatnonzero(np.isin(t.cat, [CAT["user_annotation"], CAT["gpu_user_annotation"]]) & (t.dur >= 0))
+    ann = np.flatnonzero(
+        np.isin(t.cat, [CAT["user_annotation"], CAT["gpu_user_annotation"]]) & (t.dur >= 0)
+    )
     for i in ann.tolist():
         name = t.names[int(t.name[i])]
         if t.cat[i] == CAT["gpu_user_annotation"]:

@@ -35,8 +35,12 @@ def render_text(res: DiffResult) -> str:
     for w in (res.base.warning, res.new.warning):
         if w:
             out.append(f"warning: {w}")
-    sections = (("latency", "latency (per call)"), ("stage share", "stage shares of active time"),
-                ("gpu per step", "GPU time"), ("gpu per s", "GPU time"))  # fmt: skip
+    sections = (
+        ("latency", "latency (per call)"),
+        ("stage share", "stage shares of active time"),
+        ("gpu per step", "GPU time"),
+        ("gpu per s", "GPU time"),
+    )
     for what, title in sections:
         rows = [r for r in res.rows if r.what == what]
         if not rows:
@@ -44,10 +48,14 @@ def render_text(res: DiffResult) -> str:
         out += ["", f"{title}:"]
         for r in rows:
             flag = "  REGRESSION" if r in res.regressions else ""
-            out.append(f"  {r.name[:48]:<48} {_fmt(r, r.base):>12} → {_fmt(r, r.new):>12}{_change(r)}{flag}")
-    for title, movers, share in (("torch ops that moved most (self time)", res.ops, False),
-                                 ("kernels and copies that moved most", res.kernels, False),
-                                 ("Python frames that moved most (self share of samples)", res.frames, True)):  # fmt: skip
+            out.append(
+                f"  {r.name[:48]:<48} {_fmt(r, r.base):>12} → {_fmt(r, r.new):>12}{_change(r)}{flag}"
+            )
+    for title, movers, share in (
+        ("torch ops that moved most (self time)", res.ops, False),
+        ("kernels and copies that moved most", res.kernels, False),
+        ("Python frames that moved most (self share of samples)", res.frames, True),
+    ):
         if not movers:
             continue
         out += ["", f"{title}:"]
@@ -64,9 +72,13 @@ def render_text(res: DiffResult) -> str:
     if res.fail_above is None:
         out.append("no threshold given (--fail-above PCT): nothing gated")
     elif res.regressions:
-        out.append(f"REGRESSED: {len(res.regressions)} compared number(s) grew more than {res.fail_above:g}%: "
-                   + ", ".join(f"{r.name} ({r.change_pct:+.1f}%)" if r.change_pct != float('inf') else r.name
-                               for r in res.regressions))  # fmt: skip
+        out.append(
+            f"REGRESSED: {len(res.regressions)} compared number(s) grew more than {res.fail_above:g}%: "
+            + ", ".join(
+                f"{r.name} ({r.change_pct:+.1f}%)" if r.change_pct != float("inf") else r.name
+                for r in res.regressions
+            )
+        )
     else:
         out.append(f"ok: nothing compared grew more than {res.fail_above:g}%")
     return "\n".join(out) + "\n"

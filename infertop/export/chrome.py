@@ -24,10 +24,12 @@ from typing import Any
 from infertop import __version__
 from infertop.analysis.stages import StageClassifier
 from infertop.config import Config
-from infertop.export.chunk_findings import ChunkFindings, FindingsByChunk
+from infertop.export import chrome_counters as counters
+from infertop.export.chunk_findings import FindingsByChunk
 from infertop.export.jsonout import TraceEventWriter, us
 from infertop.export.lanes import EndOrderedLanes, StartOrderedLanes
 from infertop.export.oplayout import OpLayout
+from infertop.export.prelude import ExportResult, scan_recording
 from infertop.export.samples import SampleTimeline
 from infertop.model.events import (
     AllocatorReading,
@@ -37,7 +39,6 @@ from infertop.model.events import (
     OpWindow,
     SampleWindow,
     StackDef,
-    StageRules,
     StageSpan,
     TargetExited,
     TargetInfo,
@@ -45,7 +46,6 @@ from infertop.model.events import (
 )
 from infertop.model.gpu import GpuReading
 from infertop.record.stream import RecordingStream
-from infertop.sources import event_time
 
 # synthetic thread ids (Linux tids are below 2**22; trace viewers keep tids as 32-bit)
 STAGE, CALLS, ANNOT = 0x10000000, 0x20000000, 0x30000000
@@ -53,35 +53,6 @@ LANE_SHIFT = 22
 OPS_TRACK = 0x3F000000
 KERNELS, COPIES = 1, 2
 GPU_PID_OFFSET = 0x40000000
-MIB = 1 << 20
-
-
-
-
-class ExportResult:
-    def __init__(self, output: str, events: int, warning: str | None = None) -> None:
-        self.output, self.events, self.warning = output, events, warning
-
-
-def _scan(stream: RecordingStream) -> tuple[float, tuple[tuple[str, str], ...], TargetInfo]:
-    """First pass: the earliest time (the trace's zero), the recorded stage rules, the target."""
-    t0: float | None = None
-    rules: tuple[tuple[str, str], ...] = ()
-    target = TargetInfo(pid=None)
-    for ev in stream:
-        t = event_time(ev)
-        if isinstance(ev, (SampleWindow, StageSpan, OpWindow)):
-            t = ev.t_start
-        if t is not None and t > 0 and (t0 is None or t < t0):
-            t0 = t
-        if isinstance(ev, StageRules) and not rules:
-            rules = ev.rules
-        elif isinstance(ev, TargetInfo):
-            target = TargetInfo(
-                ev.pid if ev.pid is not None else target.pid, ev.cmdline or target.cmdline,
-                ev.python or target.python, ev.torch or target.torch, ev.started or target.started,
-            )  # fmt: skip
-    return (t0 if t0 is not None else target.started or 0.0), rules, target
 
 
 class _Tracks:
@@ -103,8 +74,18 @@ class _Tracks:
             return
         self.named.add(track)
         p = self.pid if pid is None else pid
-        self.emit({"ph": "M", "pid": p, "tid": track, "name": "thread_name", "args": {"name": name}})
-        self.emit({"ph": "M", "pid": p, "tid": track, "name": "thread_sort_index", "args": {"sort_index": order}})
+        self.emit(
+            {"ph": "M", "pid": p, "tid": track, "name": "thread_name", "args": {"name": name}}
+        )
+        self.emit(
+            {
+                "ph": "M",
+                "pid": p,
+                "tid": track,
+                "name": "thread_sort_index",
+                "args": {"sort_index": order},
+            }
+        )
 
     def _order(self, tid: int) -> int:
         if tid not in self.rank:
@@ -121,14 +102,18 @@ class _Tracks:
         track = kind | (lane << LANE_SHIFT) | (tid & ((1 << LANE_SHIFT) - 1))
         label = "stage calls" if kind == CALLS else "annotations"
         extra = f" ({lane + 1})" if lane else ""
-        self._name(track, f"{label} · {self.thread_name(tid)}{extra}", self._order(tid) + (2 if kind == CALLS else 3))
+        self._name(
+            track,
+            f"{label} · {self.thread_name(tid)}{extra}",
+            self._order(tid) + (2 if kind == CALLS else 3),
+        )
         return track
 
 
 def export_chrome_recording(path: str, out: str, config: Config | None = None) -> ExportResult:
     cfg = config or Config()
     stream = RecordingStream(path)
-    t0, recorded_rules, target = _scan(stream)
+    t0, recorded_rules, target = scan_recording(stream)
     classifier = StageClassifier(tuple(cfg.stage_rules) + tuple(recorded_rules))
     pid = target.pid if target.pid is not None and 0 < target.pid < GPU_PID_OFFSET else 1
     gpu_pid = pid + GPU_PID_OFFSET
@@ -143,19 +128,25 @@ def export_chrome_recording(path: str, out: str, config: Config | None = None) -
         tracks = _Tracks(emit, pid)
         frames: list = []
         stacks: list[tuple[int, ...]] = []
-        timeline = SampleTimeline(emit, pid, frames, stacks,
-                                  lambda sid: classifier.stage_of(sid, [frames[f] for f in stacks[sid]]),
-                                  ns, tracks.thread)  # fmt: skip
+        timeline = SampleTimeline(
+            emit,
+            pid,
+            frames,
+            stacks,
+            lambda sid: classifier.stage_of(sid, [frames[f] for f in stacks[sid]]),
+            ns,
+            tracks.thread,
+        )
         ops = OpLayout(emit, pid, OPS_TRACK, gpu_pid, KERNELS, COPIES, ns)
         chunks = FindingsByChunk(classifier, cfg.findings)
         gpu_tracks_named = False
         for ev in stream:
             done = chunks.add(ev)
             if done is not None:
-                _findings(emit, pid, done, ns)
+                counters.findings(emit, pid, done, ns)
             if isinstance(ev, SampleWindow):
                 timeline.window(ev)
-                _stage_counter(emit, pid, ev, ns, classifier, frames, stacks)
+                counters.stage_counter(emit, pid, ev, ns, classifier, frames, stacks)
             elif isinstance(ev, FrameDef):
                 if ev.frame_id == len(frames):
                     frames.append(ev.frame)
@@ -174,25 +165,54 @@ def export_chrome_recording(path: str, out: str, config: Config | None = None) -
                     tracks._name(COPIES, "memcpy / memset (per-window aggregate)", 1, gpu_pid)
                 ops.window(ev)
                 _annotations(emit, tracks, pid, ev, ns)
-                _window_counters(emit, gpu_pid, ev, ns)
+                counters.window_counters(emit, gpu_pid, ev, ns)
             elif isinstance(ev, AllocatorReading):
-                _allocator(emit, gpu_pid, ev, ns)
+                counters.allocator(emit, gpu_pid, ev, ns)
             elif isinstance(ev, GpuReading):
-                _nvml(emit, gpu_pid, ev, ns)
+                counters.nvml(emit, gpu_pid, ev, ns)
             elif isinstance(ev, CollectorStatus):
-                emit({"ph": "i", "s": "p", "pid": pid, "tid": 0, "ts": us(max(0, ns(ev.t))),
-                      "name": f"{ev.collector}: {ev.state}", "cat": "collector",
-                      "args": {"message": ev.message}})  # fmt: skip
+                emit(
+                    {
+                        "ph": "i",
+                        "s": "p",
+                        "pid": pid,
+                        "tid": 0,
+                        "ts": us(max(0, ns(ev.t))),
+                        "name": f"{ev.collector}: {ev.state}",
+                        "cat": "collector",
+                        "args": {"message": ev.message},
+                    }
+                )
             elif isinstance(ev, Marker):
-                emit({"ph": "i", "s": "g", "pid": pid, "tid": 0, "ts": us(max(0, ns(ev.t))),
-                      "name": ev.text, "cat": "marker", "args": dict(ev.extra)})  # fmt: skip
+                emit(
+                    {
+                        "ph": "i",
+                        "s": "g",
+                        "pid": pid,
+                        "tid": 0,
+                        "ts": us(max(0, ns(ev.t))),
+                        "name": ev.text,
+                        "cat": "marker",
+                        "args": dict(ev.extra),
+                    }
+                )
             elif isinstance(ev, TargetExited):
-                emit({"ph": "i", "s": "g", "pid": pid, "tid": 0, "ts": us(max(0, ns(ev.t))),
-                      "name": "target exited", "cat": "marker", "args": {"reason": ev.reason}})  # fmt: skip
+                emit(
+                    {
+                        "ph": "i",
+                        "s": "g",
+                        "pid": pid,
+                        "tid": 0,
+                        "ts": us(max(0, ns(ev.t))),
+                        "name": "target exited",
+                        "cat": "marker",
+                        "args": {"reason": ev.reason},
+                    }
+                )
         timeline.finish()
         done = chunks.flush()
         if done is not None:
-            _findings(emit, pid, done, ns)
+            counters.findings(emit, pid, done, ns)
         dropped = sum(l.dropped for l in tracks.span_lanes.values()) + sum(
             l.dropped for l in tracks.annot_lanes.values()
         )
@@ -217,17 +237,47 @@ def export_chrome_recording(path: str, out: str, config: Config | None = None) -
 
 def _metadata(emit: Callable[[dict], None], pid: int, gpu_pid: int, target: TargetInfo) -> None:
     cmd = (target.cmdline or "python")[:120]
-    emit({"ph": "M", "pid": pid, "tid": 0, "name": "process_name", "args": {"name": f"{cmd} (pid {target.pid})"}})
+    emit(
+        {
+            "ph": "M",
+            "pid": pid,
+            "tid": 0,
+            "name": "process_name",
+            "args": {"name": f"{cmd} (pid {target.pid})"},
+        }
+    )
     emit({"ph": "M", "pid": pid, "tid": 0, "name": "process_sort_index", "args": {"sort_index": 0}})
-    labels = ", ".join(x for x in (f"python {target.python}" if target.python else "",
-                                   f"torch {target.torch}" if target.torch else "") if x)  # fmt: skip
+    labels = ", ".join(
+        x
+        for x in (
+            f"python {target.python}" if target.python else "",
+            f"torch {target.torch}" if target.torch else "",
+        )
+        if x
+    )
     if labels:
-        emit({"ph": "M", "pid": pid, "tid": 0, "name": "process_labels", "args": {"labels": labels}})
+        emit(
+            {"ph": "M", "pid": pid, "tid": 0, "name": "process_labels", "args": {"labels": labels}}
+        )
     emit({"ph": "M", "pid": gpu_pid, "tid": 0, "name": "process_name", "args": {"name": "GPU"}})
-    emit({"ph": "M", "pid": gpu_pid, "tid": 0, "name": "process_sort_index", "args": {"sort_index": 1}})
+    emit(
+        {
+            "ph": "M",
+            "pid": gpu_pid,
+            "tid": 0,
+            "name": "process_sort_index",
+            "args": {"sort_index": 1},
+        }
+    )
 
 
-def _span(emit: Callable[[dict], None], tracks: _Tracks, pid: int, ev: StageSpan, ns: Callable[[float], int]) -> None:
+def _span(
+    emit: Callable[[dict], None],
+    tracks: _Tracks,
+    pid: int,
+    ev: StageSpan,
+    ns: Callable[[float], int],
+) -> None:
     s, e = ns(ev.t_start), ns(ev.t_end)
     if e < s:
         return
@@ -235,11 +285,22 @@ def _span(emit: Callable[[dict], None], tracks: _Tracks, pid: int, ev: StageSpan
     lane = lanes.place(s, e)
     if lane is None:
         return
-    emit({"ph": "X", "pid": pid, "tid": tracks.lane(CALLS, ev.tid, lane), "ts": us(s), "dur": us(e - s),
-          "name": ev.stage, "cat": "stage call"})  # fmt: skip
+    emit(
+        {
+            "ph": "X",
+            "pid": pid,
+            "tid": tracks.lane(CALLS, ev.tid, lane),
+            "ts": us(s),
+            "dur": us(e - s),
+            "name": ev.stage,
+            "cat": "stage call",
+        }
+    )
 
 
-def _annotations(emit: Callable[[dict], None], tracks: _Tracks, pid: int, w: OpWindow, ns: Callable[[float], int]) -> None:
+def _annotations(
+    emit: Callable[[dict], None], tracks: _Tracks, pid: int, w: OpWindow, ns: Callable[[float], int]
+) -> None:
     rows = sorted((ns(a.t_start), -ns(a.t_end), a.tid, a.name) for a in w.annotations)
     for s, neg_e, tid, name in rows:
         e = -neg_e
@@ -247,74 +308,14 @@ def _annotations(emit: Callable[[dict], None], tracks: _Tracks, pid: int, w: OpW
             continue
         lane = tracks.annot_lanes.setdefault(tid, StartOrderedLanes()).place(s, e)
         if lane is not None:
-            emit({"ph": "X", "pid": pid, "tid": tracks.lane(ANNOT, tid, lane), "ts": us(s), "dur": us(e - s),
-                  "name": name, "cat": "annotation"})  # fmt: skip
-
-
-def _stage_counter(emit: Callable[[dict], None], pid: int, w: SampleWindow, ns: Callable[[float], int],
-                   classifier: StageClassifier, frames: list, stacks: list) -> None:  # fmt: skip
-    """Threads busy in each stage, on average over the window."""
-    if w.ticks <= 0:
-        return
-    per: dict[str, float] = {}
-    for _tid, sid, n in w.counts:
-        if 0 <= sid < len(stacks):
-            st = classifier.stage_of(sid, [frames[f] for f in stacks[sid]])
-            per[st] = per.get(st, 0.0) + n / w.ticks
-    if per:
-        emit({"ph": "C", "pid": pid, "tid": 0, "ts": us(ns(w.t_start)), "name": "threads by stage",
-              "args": {k: round(v, 4) for k, v in sorted(per.items())}})  # fmt: skip
-
-
-def _window_counters(emit: Callable[[dict], None], gpu_pid: int, w: OpWindow, ns: Callable[[float], int]) -> None:
-    if w.gpu is not None and w.gpu.span_us > 0:
-        busy = 100.0 * w.gpu.busy_us / w.gpu.span_us
-        emit({"ph": "C", "pid": gpu_pid, "tid": 0, "ts": us(ns(w.t_start)), "name": "GPU busy in profiler window (%)",
-              "args": {"busy": round(busy, 3)}})  # fmt: skip
-        emit({"ph": "C", "pid": gpu_pid, "tid": 0, "ts": us(ns(w.t_end)), "name": "GPU busy in profiler window (%)",
-              "args": {"busy": 0}})  # fmt: skip
-
-
-def _allocator(emit: Callable[[dict], None], gpu_pid: int, a: AllocatorReading, ns: Callable[[float], int]) -> None:
-    emit({"ph": "C", "pid": gpu_pid, "tid": 0, "ts": us(max(0, ns(a.t))),
-          "name": f"CUDA allocator cuda:{a.device} (MiB)",
-          "args": {"allocated": round(a.allocated / MIB, 3), "reserved": round(a.reserved / MIB, 3),
-                   "peak allocated": round(a.peak_allocated / MIB, 3)}})  # fmt: skip
-    if a.alloc_retries or a.ooms:
-        emit({"ph": "C", "pid": gpu_pid, "tid": 0, "ts": us(max(0, ns(a.t))),
-              "name": f"CUDA allocator cuda:{a.device} retries and OOMs",
-              "args": {"retries": a.alloc_retries, "ooms": a.ooms}})  # fmt: skip
-
-
-NVML_COUNTERS = (
-    ("utilization (%)", (("gpu", "util_gpu", 1), ("memory", "util_memory", 1), ("sm (GPM)", "sm_util", 1),
-                         ("dram bandwidth (GPM)", "dram_bw_util", 1), ("tensor (GPM)", "tensor_util", 1))),
-    ("memory (MiB)", (("used", "memory_used", MIB), ("target", "process_memory", MIB),
-                      ("total", "memory_total", MIB))),
-    ("PCIe (MB/s)", (("tx", "pcie_tx_kbs", 1000), ("rx", "pcie_rx_kbs", 1000))),
-    ("NVLink (MB/s)", (("tx", "nvlink_tx_kbs", 1000), ("rx", "nvlink_rx_kbs", 1000))),
-    ("clocks (MHz)", (("sm", "sm_clock_mhz", 1), ("memory", "mem_clock_mhz", 1))),
-    ("power (W)", (("power", "power_w", 1),)),
-    ("temperature (C)", (("temperature", "temperature_c", 1),)),
-)  # fmt: skip
-
-
-def _nvml(emit: Callable[[dict], None], gpu_pid: int, r: GpuReading, ns: Callable[[float], int]) -> None:
-    ts = us(max(0, ns(r.t)))
-    for d in r.devices:
-        for title, fields in NVML_COUNTERS:
-            args = {}
-            for key, attr, div in fields:
-                v = getattr(d, attr)
-                if v is not None:
-                    args[key] = round(v / div, 3)
-            if args:
-                emit({"ph": "C", "pid": gpu_pid, "tid": 0, "ts": ts, "name": f"GPU{d.index} {title}", "args": args})
-
-
-def _findings(emit: Callable[[dict], None], pid: int, chunk: ChunkFindings, ns: Callable[[float], int]) -> None:
-    for f in chunk.findings:
-        emit({"ph": "i", "s": "g", "pid": pid, "tid": 0, "ts": us(max(0, ns(chunk.t_start))),
-              "name": f"[{f.severity}] {f.rule}: {f.title}", "cat": "finding",
-              "args": {"rule": f.rule, "severity": f.severity, "where": list(f.where), "hint": f.hint,
-                       "evidence": f.evidence, "over_s": [round(chunk.t_start, 3), round(chunk.t_end, 3)]}})  # fmt: skip
+            emit(
+                {
+                    "ph": "X",
+                    "pid": pid,
+                    "tid": tracks.lane(ANNOT, tid, lane),
+                    "ts": us(s),
+                    "dur": us(e - s),
+                    "name": name,
+                    "cat": "annotation",
+                }
+            )

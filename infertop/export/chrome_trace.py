@@ -22,9 +22,9 @@ from infertop.analysis.gpu import summarize_gpu
 from infertop.analysis.trace_findings import trace_input
 from infertop.collect.kineto import CAT, CATEGORIES, GPU_CATS, KinetoTrace, read_trace
 from infertop.config import FindingThresholds
-from infertop.export.chrome import ExportResult
 from infertop.export.jsonout import TraceEventWriter
 from infertop.export.lanes import StartOrderedLanes
+from infertop.export.prelude import ExportResult
 
 LANE_TID = 0x7F000000  # lanes beyond the first get synthetic tids from here, per process
 LAUNCH = (CAT["cuda_runtime"], CAT["cuda_driver"])
@@ -34,7 +34,9 @@ def _us(ns: int) -> int | float:
     return ns // 1000 if ns % 1000 == 0 else round(ns / 1000, 3)
 
 
-def export_chrome_trace(path: str, out: str, thresholds: FindingThresholds | None = None) -> ExportResult:
+def export_chrome_trace(
+    path: str, out: str, thresholds: FindingThresholds | None = None
+) -> ExportResult:
     trace = read_trace(path)
     writer = TraceEventWriter(out)
     try:
@@ -47,17 +49,23 @@ def export_chrome_trace(path: str, out: str, thresholds: FindingThresholds | Non
             "events_out": n,
         }
         if trace.base_ns:
-            other["t0_unix_s"] = (trace.base_ns + float(trace.ts.min() if len(trace) else 0) * 1000) / 1e9
+            other["t0_unix_s"] = (
+                trace.base_ns + float(trace.ts.min() if len(trace) else 0) * 1000
+            ) / 1e9
         if trace.rank is not None:
             other["rank"] = trace.rank
         writer.finish(other)
     except BaseException:
         writer.abort()
         raise
-    return ExportResult(out, writer.count, f"{trace.skipped} malformed events skipped" if trace.skipped else None)
+    return ExportResult(
+        out, writer.count, f"{trace.skipped} malformed events skipped" if trace.skipped else None
+    )
 
 
-def write_trace_events(trace: KinetoTrace, emit: Any, thresholds: FindingThresholds | None = None) -> int:
+def write_trace_events(
+    trace: KinetoTrace, emit: Any, thresholds: FindingThresholds | None = None
+) -> int:
     count = 0
     if len(trace) == 0:
         return count
@@ -103,8 +111,18 @@ def write_trace_events(trace: KinetoTrace, emit: Any, thresholds: FindingThresho
         nb = int(trace.nbytes[i])
         if nb >= 0:
             args["bytes"] = nb
-        emit({"ph": "X", "pid": pid, "tid": track, "ts": _us(s), "dur": _us(e - s),
-              "name": names[int(trace.name[i])], "cat": cats[int(trace.cat[i])], **({"args": args} if args else {})})  # fmt: skip
+        emit(
+            {
+                "ph": "X",
+                "pid": pid,
+                "tid": track,
+                "ts": _us(s),
+                "dur": _us(e - s),
+                "name": names[int(trace.name[i])],
+                "cat": cats[int(trace.cat[i])],
+                **({"args": args} if args else {}),
+            }
+        )
         count += 1
         if c >= 0 and int(trace.cat[i]) in LAUNCH:
             launch_at[c] = (pid, track, s)
@@ -115,9 +133,29 @@ def write_trace_events(trace: KinetoTrace, emit: Any, thresholds: FindingThresho
         if src is None or track_of[i] < 0:
             continue
         flow += 1
-        emit({"ph": "s", "id": flow, "pid": src[0], "tid": src[1], "ts": _us(src[2]), "name": "launch", "cat": "launch"})
-        emit({"ph": "f", "bp": "e", "id": flow, "pid": int(pids[i]), "tid": int(track_of[i]),
-              "ts": _us(int(start[i])), "name": "launch", "cat": "launch"})  # fmt: skip
+        emit(
+            {
+                "ph": "s",
+                "id": flow,
+                "pid": src[0],
+                "tid": src[1],
+                "ts": _us(src[2]),
+                "name": "launch",
+                "cat": "launch",
+            }
+        )
+        emit(
+            {
+                "ph": "f",
+                "bp": "e",
+                "id": flow,
+                "pid": int(pids[i]),
+                "tid": int(track_of[i]),
+                "ts": _us(int(start[i])),
+                "name": "launch",
+                "cat": "launch",
+            }
+        )
         count += 2
     # names: GPU processes are devices, their threads streams
     gpu_pids = {int(p) for p in np.unique(pids[gpu])}
@@ -126,28 +164,71 @@ def write_trace_events(trace: KinetoTrace, emit: Any, thresholds: FindingThresho
             dev = trace.device_names.get(pid)
             pname = f"GPU {pid}" + (f" ({dev})" if dev else "")
         else:
-            pname = f"host process {pid}" + (f" (rank {trace.rank})" if trace.rank is not None else "")
+            pname = f"host process {pid}" + (
+                f" (rank {trace.rank})" if trace.rank is not None else ""
+            )
         emit({"ph": "M", "pid": pid, "tid": 0, "name": "process_name", "args": {"name": pname}})
-        emit({"ph": "M", "pid": pid, "tid": 0, "name": "process_sort_index",
-              "args": {"sort_index": (1 << 20) + pid if pid in gpu_pids else pid}})  # fmt: skip
+        emit(
+            {
+                "ph": "M",
+                "pid": pid,
+                "tid": 0,
+                "name": "process_sort_index",
+                "args": {"sort_index": (1 << 20) + pid if pid in gpu_pids else pid},
+            }
+        )
         for tid in sorted(tset):
             label = f"stream {tid}" if pid in gpu_pids else f"thread {tid}"
-            emit({"ph": "M", "pid": pid, "tid": tid, "name": "thread_name", "args": {"name": label}})
+            emit(
+                {"ph": "M", "pid": pid, "tid": tid, "name": "thread_name", "args": {"name": label}}
+            )
         count += 2 + len(tset)
     for (pid, tid, lane), track in lane_tid.items():
         base = f"stream {tid}" if pid in gpu_pids else f"thread {tid}"
-        emit({"ph": "M", "pid": pid, "tid": track, "name": "thread_name", "args": {"name": f"{base} (overlapping {lane})"}})
+        emit(
+            {
+                "ph": "M",
+                "pid": pid,
+                "tid": track,
+                "name": "thread_name",
+                "args": {"name": f"{base} (overlapping {lane})"},
+            }
+        )
         count += 1
     # findings, as infertop report finds them, at the trace's start
     gsum = summarize_gpu(trace)
     first_pid = int(pids[order[0]])
     for f in evaluate(trace_input(trace, gsum), thresholds):
-        emit({"ph": "i", "s": "g", "pid": first_pid, "tid": 0, "ts": 0, "name": f"[{f.severity}] {f.rule}: {f.title}",
-              "cat": "finding", "args": {"rule": f.rule, "severity": f.severity, "where": list(f.where),
-                                          "hint": f.hint, "evidence": f.evidence}})  # fmt: skip
+        emit(
+            {
+                "ph": "i",
+                "s": "g",
+                "pid": first_pid,
+                "tid": 0,
+                "ts": 0,
+                "name": f"[{f.severity}] {f.rule}: {f.title}",
+                "cat": "finding",
+                "args": {
+                    "rule": f.rule,
+                    "severity": f.severity,
+                    "where": list(f.where),
+                    "hint": f.hint,
+                    "evidence": f.evidence,
+                },
+            }
+        )
         count += 1
     if dropped:
-        emit({"ph": "i", "s": "g", "pid": first_pid, "tid": 0, "ts": 0, "name": f"{dropped} overlapping events left out",
-              "cat": "infertop"})  # fmt: skip
+        emit(
+            {
+                "ph": "i",
+                "s": "g",
+                "pid": first_pid,
+                "tid": 0,
+                "ts": 0,
+                "name": f"{dropped} overlapping events left out",
+                "cat": "infertop",
+            }
+        )
         count += 1
     return count

@@ -30,8 +30,12 @@ class ChunkFindings:
 
 
 class FindingsByChunk:
-    def __init__(self, classifier: StageClassifier, thresholds: FindingThresholds | None,
-                 chunk_s: float = CHUNK_S) -> None:  # fmt: skip
+    def __init__(
+        self,
+        classifier: StageClassifier,
+        thresholds: FindingThresholds | None,
+        chunk_s: float = CHUNK_S,
+    ) -> None:
         self.classifier, self.thresholds, self.chunk_s = classifier, thresholds, chunk_s
         self.symbols = SymbolTable()
         self.threads: dict[int, str] = {}
@@ -41,8 +45,12 @@ class FindingsByChunk:
         self.t_last: float | None = None
 
     def _fresh(self) -> Session:
-        return Session(classifier=self.classifier, target=self.target, symbols=self.symbols,
-                       threads=self.threads)  # fmt: skip
+        return Session(
+            classifier=self.classifier,
+            target=self.target,
+            symbols=self.symbols,
+            threads=self.threads,
+        )
 
     def add(self, ev: Event) -> ChunkFindings | None:
         """Feed one event; returns the findings of a stretch that this event closed."""
@@ -73,4 +81,6 @@ class FindingsByChunk:
             return None
         snap = build_snapshot(s)
         found = evaluate(snapshot_input(snap), self.thresholds)
-        return ChunkFindings(self.t_start, max(self.t_last or self.t_start, self.t_start), tuple(found))
+        return ChunkFindings(
+            self.t_start, max(self.t_last or self.t_start, self.t_start), tuple(found)
+        )

@@ -61,7 +61,7 @@ class EndOrderedLanes:
 
 
 class _EndLane:
-    __slots__ = ("starts", "ends", "floor", "last_end")
+    __slots__ = ("ends", "floor", "last_end", "starts")
 
     def __init__(self) -> None:
         self.starts: list[int] = []

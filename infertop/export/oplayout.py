@@ -69,10 +69,23 @@ def is_copy(name: str) -> bool:
 class OpLayout:
     """Emits each window's op tree on ``ops_track`` and its device work on the GPU tracks."""
 
-    def __init__(self, emit: Emit, pid: int, ops_track: int, gpu_pid: int,
-                 kernel_track: int, copy_track: int, ns: Callable[[float], int]) -> None:  # fmt: skip
+    def __init__(
+        self,
+        emit: Emit,
+        pid: int,
+        ops_track: int,
+        gpu_pid: int,
+        kernel_track: int,
+        copy_track: int,
+        ns: Callable[[float], int],
+    ) -> None:
         self.emit, self.pid, self.ops_track = emit, pid, ops_track
-        self.gpu_pid, self.kernel_track, self.copy_track, self.ns = gpu_pid, kernel_track, copy_track, ns
+        self.gpu_pid, self.kernel_track, self.copy_track, self.ns = (
+            gpu_pid,
+            kernel_track,
+            copy_track,
+            ns,
+        )
         self.cursor = 0  # ns: the ops track is free from here
         self.gpu_cursor = {kernel_track: 0, copy_track: 0}
         self.flow_id = 0
@@ -93,13 +106,27 @@ class OpLayout:
             self._device(node, start, None)
 
     def _op(self, node: _Node, t: int) -> None:
-        args: dict = {"calls": node.count, "total_us": round(node.total_us, 3), "self_us": round(node.self_us, 3)}
+        args: dict = {
+            "calls": node.count,
+            "total_us": round(node.total_us, 3),
+            "self_us": round(node.self_us, 3),
+        }
         if node.stage:
             args["stage"] = node.stage
         if node.shapes:
             args["shapes"] = node.shapes
-        self.emit({"ph": "X", "pid": self.pid, "tid": self.ops_track, "ts": _us(t), "dur": _us(node.width),
-                   "name": node.name, "cat": "torch op", "args": args})  # fmt: skip
+        self.emit(
+            {
+                "ph": "X",
+                "pid": self.pid,
+                "tid": self.ops_track,
+                "ts": _us(t),
+                "dur": _us(node.width),
+                "name": node.name,
+                "cat": "torch op",
+                "args": args,
+            }
+        )
         self.slices += 1
         inner = t
         for child in sorted(node.cpu.values(), key=lambda n: -n.total_us):
@@ -115,14 +142,41 @@ class OpLayout:
         t = max(self.gpu_cursor[track], after)
         width = max(round(node.total_us * 1000), 1)
         self.gpu_cursor[track] = t + width
-        self.emit({"ph": "X", "pid": self.gpu_pid, "tid": track, "ts": _us(t), "dur": _us(width),
-                   "name": node.name, "cat": "gpu copy" if track == self.copy_track else "gpu kernel",
-                   "args": {"calls": node.count, "total_us": round(node.total_us, 3)}})  # fmt: skip
+        self.emit(
+            {
+                "ph": "X",
+                "pid": self.gpu_pid,
+                "tid": track,
+                "ts": _us(t),
+                "dur": _us(width),
+                "name": node.name,
+                "cat": "gpu copy" if track == self.copy_track else "gpu kernel",
+                "args": {"calls": node.count, "total_us": round(node.total_us, 3)},
+            }
+        )
         self.device_slices += 1
         if flow_from is not None:
             self.flow_id += 1
-            self.emit({"ph": "s", "id": self.flow_id, "pid": self.pid, "tid": self.ops_track,
-                       "ts": _us(flow_from), "name": "launch", "cat": "launch"})  # fmt: skip
-            self.emit({"ph": "f", "bp": "e", "id": self.flow_id, "pid": self.gpu_pid, "tid": track,
-                       "ts": _us(t), "name": "launch", "cat": "launch"})  # fmt: skip
-
+            self.emit(
+                {
+                    "ph": "s",
+                    "id": self.flow_id,
+                    "pid": self.pid,
+                    "tid": self.ops_track,
+                    "ts": _us(flow_from),
+                    "name": "launch",
+                    "cat": "launch",
+                }
+            )
+            self.emit(
+                {
+                    "ph": "f",
+                    "bp": "e",
+                    "id": self.flow_id,
+                    "pid": self.gpu_pid,
+                    "tid": track,
+                    "ts": _us(t),
+                    "name": "launch",
+                    "cat": "launch",
+                }
+            )

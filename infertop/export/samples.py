@@ -50,7 +50,9 @@ class SampleTimeline:
         self.slices = 0
 
     def window(self, w: SampleWindow) -> None:
-        ticks = w.ticks if w.ticks > 0 else max(1, round((w.t_end - w.t_start) * (w.rate_hz or 100)))
+        ticks = (
+            w.ticks if w.ticks > 0 else max(1, round((w.t_end - w.t_start) * (w.rate_hz or 100)))
+        )
         period = max(1.0, (w.t_end - w.t_start) * 1e9 / ticks)
         start = self.ns(w.t_start)
         per_thread: dict[int, list[tuple[int, int]]] = {}
@@ -92,13 +94,31 @@ class SampleTimeline:
             emit({"ph": "E", "pid": pid, "tid": th.track, "ts": ts})
         del th.frames[common:]
         if th.stage is None:
-            emit({"ph": "B", "pid": pid, "tid": th.stage_track, "ts": ts, "name": stage, "cat": "stage"})
+            emit(
+                {
+                    "ph": "B",
+                    "pid": pid,
+                    "tid": th.stage_track,
+                    "ts": ts,
+                    "name": stage,
+                    "cat": "stage",
+                }
+            )
             th.stage = stage
             self.slices += 1
         for fid in stack[common:]:
             f = self.frames[fid]
-            emit({"ph": "B", "pid": pid, "tid": th.track, "ts": ts, "name": f.function,
-                  "cat": "python", "args": {"at": f"{f.file}:{f.line}"}})  # fmt: skip
+            emit(
+                {
+                    "ph": "B",
+                    "pid": pid,
+                    "tid": th.track,
+                    "ts": ts,
+                    "name": f.function,
+                    "cat": "python",
+                    "args": {"at": f"{f.file}:{f.line}"},
+                }
+            )
             th.frames.append(fid)
             self.slices += 1
 
@@ -114,4 +134,3 @@ class SampleTimeline:
     def finish(self) -> None:
         for th in self.threads.values():
             self._close(th, th.last_end)
-

@@ -19,8 +19,8 @@ from typing import IO, Any
 from infertop import __version__
 from infertop.analysis.stages import StageClassifier
 from infertop.config import STAGES, Config
-from infertop.export.chrome import ExportResult, _scan
 from infertop.export.jsonout import JsonStream
+from infertop.export.prelude import ExportResult, scan_recording
 from infertop.model.events import Frame, FrameDef, SampleWindow, StackDef, ThreadDef
 from infertop.record.stream import RecordingStream
 
@@ -63,8 +63,13 @@ class _Profile:
 
     def write_to(self, out: JsonStream, origin: float) -> None:
         self._settle()
-        head = {"type": "sampled", "name": self.name, "unit": "milliseconds",
-                "startValue": 0, "endValue": round(self.total, 6)}  # fmt: skip
+        head = {
+            "type": "sampled",
+            "name": self.name,
+            "unit": "milliseconds",
+            "startValue": 0,
+            "endValue": round(self.total, 6),
+        }
         out.write(out.value(head)[:-1] + b',"samples":[')
         _copy(self.samples, out)
         out.write(b'],"weights":[')
@@ -83,14 +88,16 @@ def _copy(fh: IO[bytes], out: JsonStream) -> None:
         out.write(chunk)
 
 
-def export_speedscope(path: str, out: str, config: Config | None = None, trace: bool = False) -> ExportResult:
+def export_speedscope(
+    path: str, out: str, config: Config | None = None, trace: bool = False
+) -> ExportResult:
     if trace:
         from infertop.export.speedscope_trace import export_speedscope_trace
 
         return export_speedscope_trace(path, out)
     cfg = config or Config()
     stream = RecordingStream(path)
-    t0, recorded_rules, target = _scan(stream)
+    t0, recorded_rules, target = scan_recording(stream)
     classifier = StageClassifier(tuple(cfg.stage_rules) + tuple(recorded_rules))
     frames: list[Frame] = []
     stacks: list[tuple[int, ...]] = []
@@ -107,9 +114,15 @@ def export_speedscope(path: str, out: str, config: Config | None = None, trace: 
         elif isinstance(ev, ThreadDef):
             names[ev.tid] = ev.name
         elif isinstance(ev, SampleWindow):
-            ticks = ev.ticks if ev.ticks > 0 else max(1, round((ev.t_end - ev.t_start) * (ev.rate_hz or 100)))
+            ticks = (
+                ev.ticks
+                if ev.ticks > 0
+                else max(1, round((ev.t_end - ev.t_start) * (ev.rate_hz or 100)))
+            )
             period_ms = (ev.t_end - ev.t_start) * 1000 / ticks
-            for tid, sid, n in sorted(ev.counts, key=lambda r: (r[0], stacks[r[1]] if 0 <= r[1] < len(stacks) else ())):
+            for tid, sid, n in sorted(
+                ev.counts, key=lambda r: (r[0], stacks[r[1]] if 0 <= r[1] < len(stacks) else ())
+            ):
                 if n <= 0 or not 0 <= sid < len(stacks):
                     continue
                 stack = stacks[sid]
@@ -128,9 +141,15 @@ def export_speedscope(path: str, out: str, config: Config | None = None, trace: 
     )
     doc = JsonStream(out)
     try:
-        title = f"infertop {os.path.basename(path)}" + (f" (pid {target.pid})" if target.pid else "")
-        head = {"$schema": SCHEMA, "exporter": f"infertop {__version__}", "name": title,
-                "activeProfileIndex": 0}  # fmt: skip
+        title = f"infertop {os.path.basename(path)}" + (
+            f" (pid {target.pid})" if target.pid else ""
+        )
+        head = {
+            "$schema": SCHEMA,
+            "exporter": f"infertop {__version__}",
+            "name": title,
+            "activeProfileIndex": 0,
+        }
         doc.write(doc.value(head)[:-1] + b',"profiles":[')
         for i, prof in enumerate(profiles):
             if i:

@@ -10,9 +10,9 @@ import numpy as np
 
 from infertop import __version__
 from infertop.collect.kineto import CAT, read_trace
-from infertop.export.chrome import ExportResult
 from infertop.export.jsonout import JsonStream
 from infertop.export.lanes import StartOrderedLanes
+from infertop.export.prelude import ExportResult
 
 SCHEMA = "https://www.speedscope.app/file-format-schema.json"
 CPU = (CAT["cpu_op"], CAT["user_annotation"])
@@ -27,7 +27,9 @@ def export_speedscope_trace(path: str, out: str) -> ExportResult:
     if len(idx):
         t0 = float(trace.ts[idx].min())
         start = np.round((trace.ts[idx] - t0) * 1000).astype(np.int64)
-        end = np.maximum(np.round((trace.ts[idx] + trace.dur[idx] - t0) * 1000).astype(np.int64), start)
+        end = np.maximum(
+            np.round((trace.ts[idx] + trace.dur[idx] - t0) * 1000).astype(np.int64), start
+        )
         order = np.lexsort((-(end - start), start, trace.tid[idx], trace.pid[idx]))
         groups: dict[tuple[int, int], list[int]] = {}
         for k in order.tolist():
@@ -57,14 +59,31 @@ def export_speedscope_trace(path: str, out: str) -> ExportResult:
                 at, fr = open_.pop()
                 events.append({"type": "C", "at": at / 1000, "frame": fr})
             if events:
-                profiles.append({"type": "evented", "name": f"pid {pid} thread {tid}", "unit": "microseconds",
-                                 "startValue": events[0]["at"], "endValue": last / 1000, "events": events})  # fmt: skip
+                profiles.append(
+                    {
+                        "type": "evented",
+                        "name": f"pid {pid} thread {tid}",
+                        "unit": "microseconds",
+                        "startValue": events[0]["at"],
+                        "endValue": last / 1000,
+                        "events": events,
+                    }
+                )
     profiles.sort(key=lambda p: -(p["endValue"] - p["startValue"]))
     doc = JsonStream(out)
     try:
-        doc.write(doc.value({"$schema": SCHEMA, "exporter": f"infertop {__version__}",
-                             "name": f"infertop {os.path.basename(path)}", "activeProfileIndex": 0,
-                             "profiles": profiles, "shared": {"frames": frames}}))  # fmt: skip
+        doc.write(
+            doc.value(
+                {
+                    "$schema": SCHEMA,
+                    "exporter": f"infertop {__version__}",
+                    "name": f"infertop {os.path.basename(path)}",
+                    "activeProfileIndex": 0,
+                    "profiles": profiles,
+                    "shared": {"frames": frames},
+                }
+            )
+        )
         doc.write(b"\n")
         doc.commit()
     except BaseException:

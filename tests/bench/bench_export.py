@@ -16,9 +16,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from support.recordings import write_busy  # noqa: E402
+from support.recordings import write_busy
 
-from infertop.export.run import export  # noqa: E402
+from infertop.export.run import export
 
 
 def main() -> None:
@@ -26,7 +26,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         rec = write_busy(os.path.join(d, "busy.infertop"), windows)
         print(f"recording: {windows} windows, {os.path.getsize(rec) / 1e6:.1f} MB")
-        for fmt, name in (("chrome", "t.json"), ("chrome", "t.json.gz"), ("speedscope", "t.speedscope.json")):
+        for fmt, name in (
+            ("chrome", "t.json"),
+            ("chrome", "t.json.gz"),
+            ("speedscope", "t.speedscope.json"),
+        ):
             out = os.path.join(d, name)
             t = time.perf_counter()
             res = export(rec, fmt, out)

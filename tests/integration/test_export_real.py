@@ -7,7 +7,6 @@ import time
 
 import jsonschema
 import pytest
-
 from support.chrome_trace import load, validate
 
 from .helpers import ROOT, infertop, read_truth, start_target, stop_target
@@ -18,7 +17,9 @@ SCHEMA = json.loads((ROOT / "tests/fixtures/export/speedscope-schema.json").read
 
 def _record(tmp_path, name: str, extra: list[str], inject: bool) -> str:
     truth = str(tmp_path / f"{name}.truth.json")
-    target = start_target(["-m", "samples.textgen_service", "--clients", "2", "--truth", truth, *extra])
+    target = start_target(
+        ["-m", "samples.textgen_service", "--clients", "2", "--truth", truth, *extra]
+    )
     try:
         while read_truth(truth)["requests"] < 3:  # serving
             time.sleep(0.2)
@@ -60,3 +61,27 @@ def test_a_real_session_exports_and_diffs(tmp_path) -> None:
     assert d.returncode == 1, d.stdout + d.stderr
     regressed = {(r["what"], r["name"]) for r in json.loads(d.stdout)["regressions"]}
     assert ("stage share", "preprocess") in regressed
+
+
+def test_holistic_trace_analysis_loads_the_kineto_export(tmp_path) -> None:
+    """Where Holistic Trace Analysis is installed: it reads the export and finds the same
+    device time by kind as the recording holds (an imported real A100 trace)."""
+    hta = pytest.importorskip("hta.trace_analysis")
+    from infertop.analysis.gpu import summarize_gpu
+    from infertop.collect.kineto import read_trace
+    from infertop.record.import_kineto import import_trace
+
+    trace = ROOT.parent / "shared" / "traces" / "a100_alexnet_pageable_memcpy.json.gz"
+    if not trace.exists():
+        pytest.skip("shared traces are not beside this checkout")
+    rec = str(tmp_path / "alexnet.infertop")
+    import_trace(str(trace), rec)
+    folder = tmp_path / "hta"
+    folder.mkdir()
+    out = str(folder / "rank0.pt.trace.json.gz")
+    assert infertop("export", rec, "--format", "kineto", "-o", out).returncode == 0
+    kinds = hta.TraceAnalysis(trace_dir=str(folder)).get_gpu_kernel_breakdown(visualize=False)[0]
+    got = dict(zip(kinds["kernel_type"], kinds["sum"]))
+    want = summarize_gpu(read_trace(str(trace))).kernel_time_us
+    assert got["COMPUTATION"] == pytest.approx(want["compute"], rel=0.01)
+    assert got["MEMORY"] == pytest.approx(want["memory"], rel=0.01)

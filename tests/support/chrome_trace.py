@@ -71,9 +71,10 @@ def validate(doc: Any) -> Report:
     else:
         rep.bad("neither a JSON array of events nor an object with a traceEvents array")
         return rep
-    begins: dict[tuple[Any, Any], list[tuple[float, int, str]]] = defaultdict(list)
     slices: dict[tuple[Any, Any], list[tuple[float, float, int, str]]] = defaultdict(list)
-    flows: dict[tuple[Any, Any], dict[str, list[tuple[float, Any, Any, str | None]]]] = defaultdict(lambda: defaultdict(list))
+    flows: dict[tuple[Any, Any], dict[str, list[tuple[float, Any, Any, str | None]]]] = defaultdict(
+        lambda: defaultdict(list)
+    )
     be: dict[tuple[Any, Any], list[tuple[float, int, str, str]]] = defaultdict(list)
     for i, ev in enumerate(events):
         if not isinstance(ev, dict):
@@ -85,13 +86,11 @@ def validate(doc: Any) -> Report:
             continue
         rep.counts[ph] += 1
         pid, tid = ev.get("pid"), ev.get("tid")
-        if ph != "M" or ev.get("name") != "process_name":
-            pass
-        if type(pid) is not int or (ph not in ("M",) and ph != "C" and type(tid) is not int):
-            if not (ph == "i" and ev.get("s") == "g" and type(pid) is int):
-                if ph != "C" or type(pid) is not int:
-                    rep.bad(f"event {i} ({ph}): pid/tid must be integers, got {pid!r}/{tid!r}")
-                    continue
+        # every event names its process; thread-bound ones (slices, flows) their thread too
+        needs_tid = ph not in ("M", "C") and not (ph in ("i", "I") and ev.get("s") in ("g", "p"))
+        if type(pid) is not int or (needs_tid and type(tid) is not int):
+            rep.bad(f"event {i} ({ph}): pid/tid must be integers, got {pid!r}/{tid!r}")
+            continue
         if ph == "M":
             spec = METADATA.get(ev.get("name"))
             args = ev.get("args")
@@ -133,7 +132,11 @@ def validate(doc: Any) -> Report:
             if ev.get("s", "t") not in ("g", "p", "t"):
                 rep.bad(f"event {i}: instant scope {ev.get('s')!r}")
         elif ph in ("s", "t", "f"):
-            if "id" not in ev or not isinstance(ev.get("cat"), str) or not isinstance(ev.get("name"), str):
+            if (
+                "id" not in ev
+                or not isinstance(ev.get("cat"), str)
+                or not isinstance(ev.get("name"), str)
+            ):
                 rep.bad(f"event {i}: flow event needs id, cat and name")
                 continue
             flows[(ev["cat"], ev["id"])][ph].append((_ns(ts), pid, tid, ev.get("bp")))
@@ -153,7 +156,9 @@ def validate(doc: Any) -> Report:
                 b_ts, b_i, b_name = stack.pop()
                 slices[key].append((b_ts, ts, b_i, b_name))
         if stack:
-            rep.bad(f"track {key}: {len(stack)} B without E (first: event {stack[0][1]} {stack[0][2]!r})")
+            rep.bad(
+                f"track {key}: {len(stack)} B without E (first: event {stack[0][1]} {stack[0][2]!r})"
+            )
     # nesting: on each track every two slices are disjoint or one contains the other
     for key, items in slices.items():
         items.sort(key=lambda r: (r[0], -r[1], r[2]))
@@ -163,7 +168,9 @@ def validate(doc: Any) -> Report:
                 stack2.pop()
             if stack2 and s[1] > stack2[-1][1]:
                 p = stack2[-1]
-                rep.bad(f"track {key}: slice {s[3]!r} [{s[0]}, {s[1]}] overlaps {p[3]!r} [{p[0]}, {p[1]}] without nesting")
+                rep.bad(
+                    f"track {key}: slice {s[3]!r} [{s[0]}, {s[1]}] overlaps {p[3]!r} [{p[0]}, {p[1]}] without nesting"
+                )
                 continue
             stack2.append(s)
         rep.tracks[key] = [(a, b, n) for a, b, _, n in items]
@@ -175,9 +182,13 @@ def validate(doc: Any) -> Report:
             rep.bad(f"flow {cat}/{fid}: no end (f)")
         for ph, rows in parts.items():
             for ts, pid, tid, bp in rows:
-                inside = any(a <= ts < b or (a == b == ts) for a, b, _ in rep.tracks.get((pid, tid), ()))
+                inside = any(
+                    a <= ts < b or (a == b == ts) for a, b, _ in rep.tracks.get((pid, tid), ())
+                )
                 if not inside and not (ph == "f" and bp != "e"):
-                    rep.bad(f"flow {cat}/{fid}: {ph} at {ts} on track {(pid, tid)} is inside no slice")
+                    rep.bad(
+                        f"flow {cat}/{fid}: {ph} at {ts} on track {(pid, tid)} is inside no slice"
+                    )
     for key in rep.tracks:
         if key not in rep.names and key[1] is not None:
             rep.counts["unnamed_tracks"] += 1

@@ -54,21 +54,41 @@ def definitions() -> list:
     return ev
 
 
-def sample_window(t: float, counts: tuple[tuple[int, int, int], ...], ticks: int = 100) -> SampleWindow:
+def sample_window(
+    t: float, counts: tuple[tuple[int, int, int], ...], ticks: int = 100
+) -> SampleWindow:
     return SampleWindow(t, t + 1.0, 100.0, ticks, counts, 0, 0.0, 2)
 
 
 def op_window(t: float, scale: float = 1.0) -> OpWindow:
     """A 0.25 s window: linear -> addmm launching a GEMM kernel; a pageable HtoD copy from to()."""
     return OpWindow(
-        t, t + 0.25, "agent", 500, False,
+        t,
+        t + 0.25,
+        "agent",
+        500,
+        False,
         paths=(
             OpPath(("aten::linear",), "forward", "cpu", 10, 900.0 * scale, 100.0),
             OpPath(("aten::linear", "aten::addmm"), "forward", "cpu", 10, 700.0 * scale, 650.0),
-            OpPath(("aten::linear", "aten::addmm", "sm80_xmma_gemm"), "forward", "cuda", 10, 2000.0 * scale, 2000.0 * scale),
+            OpPath(
+                ("aten::linear", "aten::addmm", "sm80_xmma_gemm"),
+                "forward",
+                "cuda",
+                10,
+                2000.0 * scale,
+                2000.0 * scale,
+            ),
             OpPath(("aten::to",), "forward", "cpu", 5, 300.0, 50.0),
             OpPath(("aten::to", "aten::copy_"), "forward", "cpu", 5, 250.0, 250.0),
-            OpPath(("aten::to", "aten::copy_", "Memcpy HtoD (Pageable -> Device)"), "forward", "cuda", 5, 400.0, 400.0),
+            OpPath(
+                ("aten::to", "aten::copy_", "Memcpy HtoD (Pageable -> Device)"),
+                "forward",
+                "cuda",
+                5,
+                400.0,
+                400.0,
+            ),
         ),
         kernels=(
             KernelStat("sm80_xmma_gemm", "compute", 10, 2000.0 * scale, 150.0, 250.0),
@@ -81,13 +101,25 @@ def op_window(t: float, scale: float = 1.0) -> OpWindow:
             Annotation("my_region", MAIN, t + 0.05, t + 0.15),  # crosses the step boundary
         ),
         gpu=GpuActivity(2400.0 * scale, 250_000.0, 100_000.0),
-    )  # fmt: skip
+    )
 
 
 def gpu_reading(t: float) -> GpuReading:
-    return GpuReading(t, (GpuDeviceReading(0, "NVIDIA A100", memory_used=10 << 30, memory_total=80 << 30,
-                                           process_memory=8 << 30, util_gpu=37.0, util_memory=12.0,
-                                           power_w=210.5),))  # fmt: skip
+    return GpuReading(
+        t,
+        (
+            GpuDeviceReading(
+                0,
+                "NVIDIA A100",
+                memory_used=10 << 30,
+                memory_total=80 << 30,
+                process_memory=8 << 30,
+                util_gpu=37.0,
+                util_memory=12.0,
+                power_w=210.5,
+            ),
+        ),
+    )
 
 
 def session_events(seconds: int = 5, slow_encode: int = 0, scale: float = 1.0) -> list[list]:
@@ -97,7 +129,9 @@ def session_events(seconds: int = 5, slow_encode: int = 0, scale: float = 1.0) -
     for k in range(seconds):
         t = T0 + 0.02 + k
         batch: list = [
-            sample_window(t, ((MAIN, 0, 20 + slow_encode), (MAIN, 1, 50), (MAIN, 2, 10), (WORKER, 3, 90))),
+            sample_window(
+                t, ((MAIN, 0, 20 + slow_encode), (MAIN, 1, 50), (MAIN, 2, 10), (WORKER, 3, 90))
+            ),
             StageSpan(MAIN, "preprocess", t, t + 0.2 + slow_encode / 100),
             StageSpan(MAIN, "forward", t + 0.3, t + 0.8),
             StageSpan(MAIN, "request", t, t + 0.9 + slow_encode / 100),  # encloses the two above
@@ -119,12 +153,18 @@ def write_session(path: str, seconds: int = 5, slow_encode: int = 0, scale: floa
     return path
 
 
-def write_busy(path: str, windows: int, threads: int = 8, stacks_per_thread: int = 12, depth: int = 10) -> str:
+def write_busy(
+    path: str, windows: int, threads: int = 8, stacks_per_thread: int = 12, depth: int = 10
+) -> str:
     """A busy service, synthetic: every window, each thread in several distinct deep stacks
     (a realistic sample stream: shared prefixes, different leaves), plus an op window every
     ten windows. Exports to roughly 4 x threads x stacks_per_thread events per window."""
     w = RecordingWriter(path)
-    frames = [Frame(f"f{d}_{k}", f"/srv/mod{k}.py", d + 1) for k in range(stacks_per_thread) for d in range(depth)]
+    frames = [
+        Frame(f"f{d}_{k}", f"/srv/mod{k}.py", d + 1)
+        for k in range(stacks_per_thread)
+        for d in range(depth)
+    ]
     defs: list = [TargetInfo(4242, "python busy.py", "3.11.7", "2.5.0", T0), StageRules(RULES)]
     defs += [ThreadDef(1000 + t, f"worker-{t}") for t in range(threads)]
     defs += [FrameDef(i, f) for i, f in enumerate(frames)]
@@ -138,8 +178,11 @@ def write_busy(path: str, windows: int, threads: int = 8, stacks_per_thread: int
     w.write(defs)
     for i in range(windows):
         t = T0 + i
-        counts = tuple((1000 + th, (k + i + th) % stacks_per_thread, 1 + (k * 7 + i) % 5)
-                       for th in range(threads) for k in range(stacks_per_thread))  # fmt: skip
+        counts = tuple(
+            (1000 + th, (k + i + th) % stacks_per_thread, 1 + (k * 7 + i) % 5)
+            for th in range(threads)
+            for k in range(stacks_per_thread)
+        )
         batch: list = [sample_window(t, counts)]
         if i % 10 == 0:
             batch.append(op_window(t + 0.1))

@@ -9,14 +9,16 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.recordings import write_session
 
 from infertop.cli import main
-from support.recordings import write_session
 
 TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
 if not TRACES.exists():
     TRACES = Path("/work/shared/traces")
-needs_traces = pytest.mark.skipif(not TRACES.exists(), reason="shared traces are not beside this checkout")
+needs_traces = pytest.mark.skipif(
+    not TRACES.exists(), reason="shared traces are not beside this checkout"
+)
 DIFF = [sys.executable, "-m", "infertop", "diff"]
 
 
@@ -79,7 +81,11 @@ def test_json_output_lists_the_regressions(pair, capsys) -> None:
 def _slower_kernels(src: Path, dst: Path, factor: float) -> None:
     doc = json.loads(gzip.decompress(src.read_bytes()))
     for ev in doc["traceEvents"]:
-        if isinstance(ev, dict) and ev.get("cat") == "kernel" and isinstance(ev.get("dur"), (int, float)):
+        if (
+            isinstance(ev, dict)
+            and ev.get("cat") == "kernel"
+            and isinstance(ev.get("dur"), (int, float))
+        ):
             ev["dur"] = ev["dur"] * factor
     dst.write_bytes(gzip.compress(json.dumps(doc).encode()))
 
@@ -103,7 +109,9 @@ def test_kineto_traces_per_step(tmp_path) -> None:
 def test_a_trace_against_a_recording_compares_what_both_have(pair) -> None:
     p = _diff(str(TRACES / "a100_alexnet_pageable_memcpy.json.gz"), pair[0], "--fail-above", "1")
     # a trace has no samples: stage shares are shown but not gated
-    assert "REGRESSION" not in "\n".join(l for l in p.stdout.splitlines() if "%" in l and "ms" not in l)
+    assert "REGRESSION" not in "\n".join(
+        l for l in p.stdout.splitlines() if "%" in l and "ms" not in l
+    )
     assert "per profiled second" in p.stdout
 
 

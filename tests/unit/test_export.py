@@ -12,19 +12,29 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from support.chrome_trace import load, validate
+from support.recordings import (
+    MAIN,
+    WORKER,
+    definitions,
+    sample_window,
+    write_session,
+)
 
 from infertop.cli import main
 from infertop.collect.kineto import CAT, read_trace
 from infertop.export.run import export
 from infertop.record.writer import RecordingWriter
-from support.chrome_trace import load, validate
-from support.recordings import MAIN, WORKER, definitions, sample_window, session_events, write_session
 
 TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
 if not TRACES.exists():
     TRACES = Path("/work/shared/traces")
-needs_traces = pytest.mark.skipif(not TRACES.exists(), reason="shared traces are not beside this checkout")
-SCHEMA = json.loads((Path(__file__).resolve().parents[1] / "fixtures/export/speedscope-schema.json").read_text())
+needs_traces = pytest.mark.skipif(
+    not TRACES.exists(), reason="shared traces are not beside this checkout"
+)
+SCHEMA = json.loads(
+    (Path(__file__).resolve().parents[1] / "fixtures/export/speedscope-schema.json").read_text()
+)
 GPU_TRACES = sorted(TRACES.glob("*.json.gz"))
 
 
@@ -56,7 +66,13 @@ def test_a_recording_exports_to_a_valid_trace_with_every_track(tmp_path) -> None
     rep = validate(doc)
     assert rep.problems == []
     names = set(rep.names.values())
-    assert {"MainThread", "worker", "stage · MainThread", "stage calls · MainThread", "GPU"} <= names
+    assert {
+        "MainThread",
+        "worker",
+        "stage · MainThread",
+        "stage calls · MainThread",
+        "GPU",
+    } <= names
     assert any(n.startswith("annotations · MainThread") for n in names)
     ev = doc["traceEvents"]
     frames = {e["name"] for e in ev if e.get("cat") == "python"}
@@ -72,7 +88,12 @@ def test_a_recording_exports_to_a_valid_trace_with_every_track(tmp_path) -> None
     assert {e["name"] for e in copies} == {"Memcpy HtoD (Pageable -> Device)"}
     assert sum(1 for e in ev if e["ph"] == "f") == 6 == sum(1 for e in ev if e["ph"] == "s")
     counters = {e["name"] for e in ev if e["ph"] == "C"}
-    assert {"GPU0 utilization (%)", "GPU0 memory (MiB)", "CUDA allocator cuda:0 (MiB)", "threads by stage"} <= counters
+    assert {
+        "GPU0 utilization (%)",
+        "GPU0 memory (MiB)",
+        "CUDA allocator cuda:0 (MiB)",
+        "threads by stage",
+    } <= counters
     findings = {e["args"]["rule"] for e in ev if e.get("cat") == "finding"}
     assert "memcpy-pageable" in findings
     assert any(e["ph"] == "i" and e["name"] == "recording started" for e in ev)
@@ -85,7 +106,9 @@ def test_sample_slices_are_as_long_as_their_samples_and_identical_stacks_merge(t
     w.write(definitions())
     # three back-to-back windows where the worker is always in the same stack, 100 ticks each
     for k in range(3):
-        w.write([sample_window(1_700_000_000.0 + k, ((WORKER, 3, 100), (MAIN, 0, 30), (MAIN, 1, 10)))])
+        w.write(
+            [sample_window(1_700_000_000.0 + k, ((WORKER, 3, 100), (MAIN, 0, 30), (MAIN, 1, 10)))]
+        )
     w.close()
     out = str(tmp_path / "m.json")
     export(rec, "chrome", out)
@@ -141,8 +164,13 @@ def test_kineto_traces_export_whole_and_valid(trace: Path, tmp_path) -> None:
         assert sum(1 for e in ev if e.get("cat") == cat) == int((t.cat == CAT[cat]).sum())
     launched = int(((t.cat == CAT["kernel"]) & (t.correlation >= 0)).sum())
     if launched:
-        assert 0 < sum(1 for e in ev if e["ph"] == "f") <= launched + int((t.cat == CAT["gpu_memcpy"]).sum()) + int((t.cat == CAT["gpu_memset"]).sum())
-
+        assert (
+            0
+            < sum(1 for e in ev if e["ph"] == "f")
+            <= launched
+            + int((t.cat == CAT["gpu_memcpy"]).sum())
+            + int((t.cat == CAT["gpu_memset"]).sum())
+        )
 
 
 @needs_traces
@@ -153,26 +181,33 @@ def test_kineto_findings_are_instant_events(tmp_path) -> None:
     assert "memcpy-pageable" in rules
     out2 = str(tmp_path / "v.json")
     export(str(TRACES / "v100_training_rank0.json.gz"), "chrome", out2)
-    assert "memcpy-pageable" not in {e["args"]["rule"] for e in _events(out2) if e.get("cat") == "finding"}
+    assert "memcpy-pageable" not in {
+        e["args"]["rule"] for e in _events(out2) if e.get("cat") == "finding"
+    }
 
 
 def test_the_validator_catches_what_viewers_reject() -> None:
     base = [{"ph": "M", "pid": 1, "tid": 1, "name": "thread_name", "args": {"name": "t"}}]
     bad = {
-        "overlap": [{"ph": "X", "pid": 1, "tid": 1, "ts": 0, "dur": 10, "name": "a"},
-                    {"ph": "X", "pid": 1, "tid": 1, "ts": 5, "dur": 10, "name": "b"}],
+        "overlap": [
+            {"ph": "X", "pid": 1, "tid": 1, "ts": 0, "dur": 10, "name": "a"},
+            {"ph": "X", "pid": 1, "tid": 1, "ts": 5, "dur": 10, "name": "b"},
+        ],
         "unbalanced": [{"ph": "B", "pid": 1, "tid": 1, "ts": 0, "name": "a"}],
         "stray end": [{"ph": "E", "pid": 1, "tid": 1, "ts": 3}],
         "string ts": [{"ph": "X", "pid": 1, "tid": 1, "ts": "0", "dur": 1, "name": "a"}],
         "counter text": [{"ph": "C", "pid": 1, "ts": 0, "name": "c", "args": {"v": "high"}}],
         "metadata": [{"ph": "M", "pid": 1, "tid": 1, "name": "thread_name", "args": {}}],
         "lonely flow": [{"ph": "s", "id": 1, "pid": 1, "tid": 1, "ts": 0, "cat": "x", "name": "y"}],
-    }  # fmt: skip
+    }
     for what, events in bad.items():
         assert validate({"traceEvents": base + events}).problems, what
-    ok = [{"ph": "X", "pid": 1, "tid": 1, "ts": 0, "dur": 10, "name": "a"},
-          {"ph": "X", "pid": 1, "tid": 1, "ts": 0, "dur": 10, "name": "same"},
-          {"ph": "B", "pid": 1, "tid": 1, "ts": 2, "name": "b"}, {"ph": "E", "pid": 1, "tid": 1, "ts": 4}]  # fmt: skip
+    ok = [
+        {"ph": "X", "pid": 1, "tid": 1, "ts": 0, "dur": 10, "name": "a"},
+        {"ph": "X", "pid": 1, "tid": 1, "ts": 0, "dur": 10, "name": "same"},
+        {"ph": "B", "pid": 1, "tid": 1, "ts": 2, "name": "b"},
+        {"ph": "E", "pid": 1, "tid": 1, "ts": 4},
+    ]
     assert validate({"traceEvents": base + ok}).problems == []
 
 
@@ -204,8 +239,14 @@ def test_speedscope_profiles_per_thread_and_per_stage(tmp_path) -> None:
     jsonschema.validate(doc, SCHEMA)
     _speedscope_semantics(doc)
     profiles = {p["name"]: p for p in doc["profiles"]}
-    assert {"thread MainThread (101)", "thread worker (102)", "stage preprocess", "stage forward",
-            "stage serialize", "stage queue"} <= set(profiles)  # fmt: skip
+    assert {
+        "thread MainThread (101)",
+        "thread worker (102)",
+        "stage preprocess",
+        "stage forward",
+        "stage serialize",
+        "stage queue",
+    } <= set(profiles)
     # 4 windows × 20 encode samples × 10 ms
     assert profiles["stage preprocess"]["endValue"] == pytest.approx(800.0)
     # the worker's one stack over 4 windows is one merged sample
@@ -214,7 +255,9 @@ def test_speedscope_profiles_per_thread_and_per_stage(tmp_path) -> None:
 
 
 @needs_traces
-@pytest.mark.parametrize("trace", ["a100_alexnet_pageable_memcpy.json.gz", "cpu_only_rank34.json.gz"])
+@pytest.mark.parametrize(
+    "trace", ["a100_alexnet_pageable_memcpy.json.gz", "cpu_only_rank34.json.gz"]
+)
 def test_speedscope_from_a_kineto_trace(trace: str, tmp_path) -> None:
     out = str(tmp_path / "k.speedscope.json")
     export(str(TRACES / trace), "speedscope", out)
@@ -228,12 +271,22 @@ def test_export_errors_are_one_line_with_the_right_code(tmp_path) -> None:
     junk = tmp_path / "junk.infertop"
     junk.write_bytes(b"not a recording at all")
     cmd = [sys.executable, "-m", "infertop", "export"]
-    p = subprocess.run(cmd + [str(junk), "--format", "chrome", "-o", str(tmp_path / "o.json")],
-                       capture_output=True, text=True)  # fmt: skip
-    assert p.returncode == 5 and "not an infertop recording" in p.stderr and "Traceback" not in p.stderr
+    p = subprocess.run(
+        cmd + [str(junk), "--format", "chrome", "-o", str(tmp_path / "o.json")],
+        capture_output=True,
+        text=True,
+    )
+    assert (
+        p.returncode == 5
+        and "not an infertop recording" in p.stderr
+        and "Traceback" not in p.stderr
+    )
     rec = write_session(str(tmp_path / "s.infertop"), seconds=1)
-    p = subprocess.run(cmd + [rec, "--format", "chrome", "-o", str(tmp_path / "no/such/dir/o.json")],
-                       capture_output=True, text=True)  # fmt: skip
+    p = subprocess.run(
+        cmd + [rec, "--format", "chrome", "-o", str(tmp_path / "no/such/dir/o.json")],
+        capture_output=True,
+        text=True,
+    )
     assert p.returncode == 2 and "cannot write" in p.stderr and "Traceback" not in p.stderr
     p = subprocess.run(cmd + [rec, "--format", "chrome", "-o", rec], capture_output=True, text=True)
     assert p.returncode == 2 and "overwrite" in p.stderr
@@ -284,7 +337,9 @@ def test_kineto_export_round_trips_device_time_copies_and_steps(tmp_path) -> Non
     out = str(tmp_path / "s.pt.trace.json.gz")
     assert main(["export", rec, "--format", "kineto", "-o", out]) == 0
     t = read_trace(out)
-    assert _kernel_time(out) == pytest.approx({"compute": 3 * 2000.0, "memory": 3 * 400.0, "communication": 0.0})
+    assert _kernel_time(out) == pytest.approx(
+        {"compute": 3 * 2000.0, "memory": 3 * 400.0, "communication": 0.0}
+    )
     copies = t.cat == CAT["gpu_memcpy"]
     assert int(t.nbytes[copies].sum()) == 3 * (5 << 20)
     steps = [t.names[i] for i in t.name[t.cat == CAT["user_annotation"]]]
@@ -294,9 +349,14 @@ def test_kineto_export_round_trips_device_time_copies_and_steps(tmp_path) -> Non
     launches = set(t.correlation[t.cat == CAT["cuda_runtime"]].tolist())
     assert set(t.correlation[kernels].tolist()) <= launches
     # the trace reads as a trace: report finds the pageable copies, and it exports to Chrome
-    p = subprocess.run([sys.executable, "-m", "infertop", "report", out, "--format", "json"],
-                       capture_output=True, text=True)  # fmt: skip
-    assert p.returncode == 0 and "memcpy-pageable" in {f["rule"] for f in json.loads(p.stdout)["findings"]}
+    p = subprocess.run(
+        [sys.executable, "-m", "infertop", "report", out, "--format", "json"],
+        capture_output=True,
+        text=True,
+    )
+    assert p.returncode == 0 and "memcpy-pageable" in {
+        f["rule"] for f in json.loads(p.stdout)["findings"]
+    }
     export(out, "chrome", str(tmp_path / "again.json"))
     assert validate(load(str(tmp_path / "again.json"))).problems == []
 
@@ -306,8 +366,21 @@ def test_kineto_export_needs_profiler_windows(tmp_path) -> None:
     w = RecordingWriter(rec)
     w.write(definitions() + [sample_window(1_700_000_000.0, ((MAIN, 0, 10),))])
     w.close()
-    p = subprocess.run([sys.executable, "-m", "infertop", "export", rec, "--format", "kineto", "-o",
-                        str(tmp_path / "k.json")], capture_output=True, text=True)  # fmt: skip
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "infertop",
+            "export",
+            rec,
+            "--format",
+            "kineto",
+            "-o",
+            str(tmp_path / "k.json"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert p.returncode == 5 and "no torch-profiler windows" in p.stderr
 
 
