@@ -147,3 +147,12 @@ async def test_an_imported_trace_replays_with_its_ops_and_findings(tmp_path: Pat
         screen = await _open(pilot, app)
         assert [f.rule for f in screen.findings][0] == "python-overhead"
         await shows(pilot, app, "outside_share: 54.6%")
+
+
+async def test_the_status_line_counts_findings_even_at_80x24(source) -> None:
+    app = create_app(source, title="t")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(pilot, app)
+        n = len(app.displayed.findings)
+        assert n >= 3
+        await shows(pilot, app, f"⚑ {n} findings (i)")

@@ -64,6 +64,9 @@ def fit(parts: list[Part], width: int) -> Text:
     return row
 
 
+FINDING_STYLES = {"high": "bold #ff5f5f", "medium": "bold #ffaf5f", "low": "#d7d75f"}
+
+
 class StatusLine(Widget):
     """Two rows (more when there are notes or an error); always shows the newest snapshot."""
 
@@ -151,6 +154,11 @@ class StatusLine(Widget):
         else:
             rec = short = Text("not recording", style="dim")
         parts.append((0, rec, short))
+        if snap.findings:  # the findings view (i) has something to show
+            n_f, worst = len(snap.findings), snap.findings[0].severity
+            style = FINDING_STYLES.get(worst, "")
+            full = Text(f"⚑ {n_f} finding{'s' * (n_f != 1)} (i)", style=style)
+            parts.append((0, full, Text(f"⚑{n_f}", style=style)))
         lag = ("bold #d7af5f" if snap.lag_s >= 0.5 else "", f"{snap.lag_s:.2f}s")
         err = ("bold red" if snap.errors else "", str(snap.errors))
         cov = ("#d7af5f" if snap.samples and snap.coverage < 0.8 else "", f"{snap.coverage:.0%}")
