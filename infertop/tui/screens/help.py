@@ -28,7 +28,7 @@ READING = (
     "i opens the findings: the bottleneck rules that fire on what has been seen so far "
     "(docs/findings.md), worst first, recomputed with every update; the lower pane shows the "
     "selected one's evidence, where it happens and the fix; enter goes to its Python frame in "
-    "the flame or its op in the ops table. The flame panel's corner counts them."
+    "the flame or its op in the ops table. The status line (⚑) counts them."
 )
 
 
