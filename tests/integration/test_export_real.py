@@ -53,6 +53,12 @@ def test_a_real_session_exports_and_diffs(tmp_path) -> None:
     jsonschema.validate(sdoc, SCHEMA)
     profiles = {x["name"] for x in sdoc["profiles"]}
     assert "stage forward" in profiles and any(n.startswith("thread batcher") for n in profiles)
+    # kineto: the agent's windows as a torch.profiler trace, valid as a trace and readable
+    kt = str(tmp_path / "base.pt.trace.json.gz")
+    assert infertop("export", base, "--format", "kineto", "-o", kt).returncode == 0
+    assert validate(load(kt)).problems == []
+    rep = infertop("report", kt, "--format", "json")
+    assert rep.returncode == 0 and json.loads(rep.stdout)["ops"]
     # diff: the session against itself passes; against a run with a slow tokenizer it fails
     same = infertop("diff", base, base, "--fail-above", "5")
     assert same.returncode == 0, same.stdout
