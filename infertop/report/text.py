@@ -119,6 +119,8 @@ def render_text(rep: dict[str, Any]) -> str:
         out.append(f"  {st['name']:<12} {_pct(st['share'])}  {st['seconds']:8.2f} s  {bar} {_latency(st)}".rstrip())
     if rep.get("idle"):
         out.append(f"  (idle: {_pct(rep['idle']['share_of_all'])} of all thread time)")
+    if not rep["stages"] and not rep["sampling"]["samples"]:
+        out.append("  (no Python samples in this recording)")
     out.append("")
     if rep.get("ops"):
         out.append(f"top torch ops by self time ({_profiled(rep)}):")
@@ -129,6 +131,8 @@ def render_text(rep: dict[str, Any]) -> str:
             )
         out.append("")
     out.append("hottest frames (self share):")
+    if not rep["top_frames"]:
+        out.append("  (none)")
     for f in rep["top_frames"][:15]:
         out.append(
             f"  {_pct(f['self_share'])} self {_pct(f['total_share'])} total  "

@@ -178,3 +178,11 @@ def test_the_recording_raises_the_traces_findings(name: str, tmp_path: Path) -> 
     if "python-overhead" in want:  # each ProfilerStep#N is one window, measured the same way
         share = want["python-overhead"]["evidence"]["outside_share"]
         assert got["python-overhead"]["evidence"]["outside_share"] == pytest.approx(share, abs=1e-3)
+
+
+def test_the_text_report_of_an_imported_trace_leads_with_its_findings(tmp_path: Path) -> None:
+    p = run("report", str(imported("a100_alexnet_pageable_memcpy", tmp_path)))
+    assert p.returncode == 0, p.stderr
+    text = p.stdout
+    assert text.index("findings:") < text.index("where the active time goes") < text.index("top torch ops")
+    assert "[high] memcpy-pageable" in text and "(no Python samples in this recording)" in text
