@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import jsonschema
 import pytest
@@ -49,7 +50,7 @@ def test_a_real_session_exports_and_diffs(tmp_path) -> None:
     # speedscope: schema-valid, a profile per sampled thread and per stage
     ss = str(tmp_path / "base.speedscope.json")
     assert infertop("export", base, "--format", "speedscope", "-o", ss).returncode == 0
-    sdoc = json.load(open(ss))
+    sdoc = json.loads(Path(ss).read_text())
     jsonschema.validate(sdoc, SCHEMA)
     profiles = {x["name"] for x in sdoc["profiles"]}
     assert "stage forward" in profiles and any(n.startswith("thread batcher") for n in profiles)

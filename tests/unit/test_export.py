@@ -145,8 +145,10 @@ def test_gzip_when_the_name_ends_in_gz(tmp_path) -> None:
     plain, packed = str(tmp_path / "t.json"), str(tmp_path / "t.json.gz")
     export(rec, "chrome", plain)
     export(rec, "chrome", packed)
-    assert open(packed, "rb").read(2) == b"\x1f\x8b"
-    assert json.loads(gzip.decompress(open(packed, "rb").read())) == json.load(open(plain))
+    assert Path(packed).read_bytes()[:2] == b"\x1f\x8b"
+    assert json.loads(gzip.decompress(Path(packed).read_bytes())) == json.loads(
+        Path(plain).read_text()
+    )
     assert not [f for f in os.listdir(tmp_path) if f.startswith(".infertop-export")]
 
 
@@ -235,7 +237,7 @@ def test_speedscope_profiles_per_thread_and_per_stage(tmp_path) -> None:
     rec = write_session(str(tmp_path / "s.infertop"), seconds=4)
     out = str(tmp_path / "s.speedscope.json")
     assert main(["export", rec, "--format", "speedscope", "-o", out]) == 0
-    doc = json.load(open(out))
+    doc = json.loads(Path(out).read_text())
     jsonschema.validate(doc, SCHEMA)
     _speedscope_semantics(doc)
     profiles = {p["name"]: p for p in doc["profiles"]}
@@ -261,7 +263,7 @@ def test_speedscope_profiles_per_thread_and_per_stage(tmp_path) -> None:
 def test_speedscope_from_a_kineto_trace(trace: str, tmp_path) -> None:
     out = str(tmp_path / "k.speedscope.json")
     export(str(TRACES / trace), "speedscope", out)
-    doc = json.load(open(out))
+    doc = json.loads(Path(out).read_text())
     jsonschema.validate(doc, SCHEMA)
     _speedscope_semantics(doc)
     assert doc["profiles"] and all(p["type"] == "evented" for p in doc["profiles"])
@@ -273,6 +275,7 @@ def test_export_errors_are_one_line_with_the_right_code(tmp_path) -> None:
     cmd = [sys.executable, "-m", "infertop", "export"]
     p = subprocess.run(
         cmd + [str(junk), "--format", "chrome", "-o", str(tmp_path / "o.json")],
+        check=False,
         capture_output=True,
         text=True,
     )
@@ -284,19 +287,22 @@ def test_export_errors_are_one_line_with_the_right_code(tmp_path) -> None:
     rec = write_session(str(tmp_path / "s.infertop"), seconds=1)
     p = subprocess.run(
         cmd + [rec, "--format", "chrome", "-o", str(tmp_path / "no/such/dir/o.json")],
+        check=False,
         capture_output=True,
         text=True,
     )
     assert p.returncode == 2 and "cannot write" in p.stderr and "Traceback" not in p.stderr
-    p = subprocess.run(cmd + [rec, "--format", "chrome", "-o", rec], capture_output=True, text=True)
+    p = subprocess.run(
+        cmd + [rec, "--format", "chrome", "-o", rec], check=False, capture_output=True, text=True
+    )
     assert p.returncode == 2 and "overwrite" in p.stderr
     assert os.path.getsize(rec) > 100  # untouched
 
 
 def test_a_damaged_recording_exports_up_to_the_damage(tmp_path) -> None:
     rec = write_session(str(tmp_path / "s.infertop"), seconds=4)
-    data = open(rec, "rb").read()
-    open(rec, "wb").write(data[:-30])
+    data = Path(rec).read_bytes()
+    Path(rec).write_bytes(data[:-30])
     out = str(tmp_path / "d.json")
     res = export(rec, "chrome", out)
     assert res.warning and "byte" in res.warning
@@ -355,6 +361,7 @@ def test_kineto_export_round_trips_device_time_copies_and_steps(tmp_path) -> Non
     # the trace reads as a trace: report finds the pageable copies, and it exports to Chrome
     p = subprocess.run(
         [sys.executable, "-m", "infertop", "report", out, "--format", "json"],
+        check=False,
         capture_output=True,
         text=True,
     )
@@ -382,6 +389,7 @@ def test_kineto_export_needs_profiler_windows(tmp_path) -> None:
             "-o",
             str(tmp_path / "k.json"),
         ],
+        check=False,
         capture_output=True,
         text=True,
     )
