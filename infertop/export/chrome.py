@@ -69,7 +69,7 @@ class _Tracks:
     def thread_name(self, tid: int) -> str:
         return self.names.get(tid) or f"thread {tid}"
 
-    def _name(self, track: int, name: str, order: int, pid: int | None = None) -> None:
+    def name_track(self, track: int, name: str, order: int, pid: int | None = None) -> None:
         if track in self.named:
             return
         self.named.add(track)
@@ -94,15 +94,15 @@ class _Tracks:
 
     def thread(self, tid: int) -> tuple[int, int]:
         base = self._order(tid)
-        self._name(tid, self.thread_name(tid), base)
-        self._name(STAGE | tid, f"stage · {self.thread_name(tid)}", base + 1)
+        self.name_track(tid, self.thread_name(tid), base)
+        self.name_track(STAGE | tid, f"stage · {self.thread_name(tid)}", base + 1)
         return tid, STAGE | tid
 
     def lane(self, kind: int, tid: int, lane: int) -> int:
         track = kind | (lane << LANE_SHIFT) | (tid & ((1 << LANE_SHIFT) - 1))
         label = "stage calls" if kind == CALLS else "annotations"
         extra = f" ({lane + 1})" if lane else ""
-        self._name(
+        self.name_track(
             track,
             f"{label} · {self.thread_name(tid)}{extra}",
             self._order(tid) + (2 if kind == CALLS else 3),
@@ -160,9 +160,9 @@ def export_chrome_recording(path: str, out: str, config: Config | None = None) -
             elif isinstance(ev, OpWindow):
                 if not gpu_tracks_named:
                     gpu_tracks_named = True
-                    tracks._name(OPS_TRACK, "torch ops (per-window aggregate)", 1 << 20)
-                    tracks._name(KERNELS, "kernels (per-window aggregate)", 0, gpu_pid)
-                    tracks._name(COPIES, "memcpy / memset (per-window aggregate)", 1, gpu_pid)
+                    tracks.name_track(OPS_TRACK, "torch ops (per-window aggregate)", 1 << 20)
+                    tracks.name_track(KERNELS, "kernels (per-window aggregate)", 0, gpu_pid)
+                    tracks.name_track(COPIES, "memcpy / memset (per-window aggregate)", 1, gpu_pid)
                 ops.window(ev)
                 _annotations(emit, tracks, pid, ev, ns)
                 counters.window_counters(emit, gpu_pid, ev, ns)
