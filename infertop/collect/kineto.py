@@ -160,7 +160,7 @@ def _build(doc: Any, path: str) -> KinetoTrace:
         good = [
             e for e in kept
             if type(e.ts) in number and type(e.dur) in number and type(e.name) is str
-            and e.dur >= 0
+            and e.dur >= 0 and _finite(e.ts) and _finite(e.dur)
         ]  # fmt: skip
         return _event_columns(good, doc, path, len(kept) - len(good))
 
@@ -173,27 +173,39 @@ def _event_columns(events: list[Any], doc: Any, path: str, skipped: int) -> Kine
         raise ValueError("an event name is not a string")
     ts = np.array([e.ts for e in events], dtype=np.float64)
     dur = np.array([e.dur for e in events], dtype=np.float64)
-    if (dur < 0).any():
-        raise ValueError("a negative duration")
+    if (dur < 0).any() or not (np.isfinite(ts).all() and np.isfinite(dur).all()):
+        raise ValueError("a negative or non-finite time")
     args = [e.args for e in events]
 
     def arg(field: str) -> np.ndarray:
-        vals = [None if a is None else getattr(a, field) for a in args]
-        return np.array([v if type(v) is int else -1 for v in vals], dtype=np.int64)
+        return _int_column([None if a is None else getattr(a, field) for a in args], -1)
 
     return _trace(
         path, list(name_ids),
         np.array([CAT[e.cat] for e in events], dtype=np.uint8),
         np.array(ids, dtype=np.int32), ts, dur,
-        np.array([e.pid if type(e.pid) is int else 0 for e in events], dtype=np.int64),
-        np.array([e.tid if type(e.tid) is int else 0 for e in events], dtype=np.int64),
+        _int_column([e.pid for e in events], 0),
+        _int_column([e.tid for e in events], 0),
         arg("correlation"), arg("external_id"), arg("bytes"), arg("device"),
         doc.distributedInfo, doc.deviceProperties, doc.baseTimeNanoseconds, skipped,
     )  # fmt: skip
 
 
+def _finite(x: float) -> bool:
+    return x - x == 0  # False for inf and nan
+
+
+def _int_column(values: list[Any], default: int) -> np.ndarray:
+    """Integers as int64; anything else (and integers past 64 bits) as ``default``."""
+    col = [v if type(v) is int else default for v in values]
+    try:
+        return np.array(col, dtype=np.int64)
+    except OverflowError:
+        return np.array([v if -(2**63) <= v < 2**63 else default for v in col], dtype=np.int64)
+
+
 def _int(x: Any, default: int = -1) -> int:
-    return x if type(x) is int else default
+    return x if type(x) is int and -(2**63) <= x < 2**63 else default
 
 
 def parse_trace(doc: Any, path: str = "<trace>") -> KinetoTrace:
@@ -238,15 +250,15 @@ def _columns(rows: Any, dist: Any, props: Any, path: str, base: Any = None) -> K
         code = cat_code(cat) if type(cat) is str else None
         if code is None:
             continue
-        if type(ts) not in number or type(dur) not in number or type(nm) is not str or dur < 0:
+        if (type(ts) not in number or type(dur) not in number or type(nm) is not str or dur < 0
+                or not _finite(ts) or not _finite(dur)):  # fmt: skip
             skipped += 1
             continue
         nid = name_ids.get(nm)
         if nid is None:
             nid = name_ids[nm] = len(names)
             names.append(nm)
-        append((code, nid, ts, dur, pid if type(pid) is int else 0, tid if type(tid) is int else 0,
-                *(extra or no_args)))  # fmt: skip
+        append((code, nid, ts, dur, _int(pid, 0), _int(tid, 0), *(extra or no_args)))
     # one float64 table, then typed columns (µs timestamps since the epoch fit in 53 bits)
     table = np.array(out, dtype=np.float64).reshape(-1, 10)
     ints = table[:, [0, 1, 4, 5, 6, 7, 8, 9]].astype(np.int64)

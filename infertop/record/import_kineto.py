@@ -120,6 +120,10 @@ class _Plan:
         ts, dur = trace.ts[idx], trace.dur[idx]
         # nanoseconds since an integral origin, so unix ns stay exact (a float64 of unix ns
         # would round to 256 ns)
+        if float(ts.max() - ts.min()) + float(dur.max()) > 1e12:  # µs: over 11 days
+            raise BadInputFile(
+                f"{trace.path}: its timestamps span more than 11 days; is it a torch.profiler trace?"
+            )
         origin_us = float(np.floor(ts.min()))
         self.origin_ns = int(origin_us) * 1000 + trace.base_ns
         rel = np.rint((ts - origin_us) * 1000).astype(np.int64)

@@ -186,3 +186,30 @@ def test_the_text_report_of_an_imported_trace_leads_with_its_findings(tmp_path: 
     text = p.stdout
     assert text.index("findings:") < text.index("where the active time goes") < text.index("top torch ops")
     assert "[high] memcpy-pageable" in text and "(no Python samples in this recording)" in text
+
+
+def _op(name: str, ts: float, dur: float, **kw: object) -> dict:
+    return {"ph": "X", "cat": "cpu_op", "name": name, "ts": ts, "dur": dur, "pid": 1, "tid": 1, **kw}
+
+
+def test_odd_values_in_a_trace_are_left_out_quietly(tmp_path: Path) -> None:
+    events = [
+        _op("aten::mm", 1000.0, 50.0, args={"External id": 1}),
+        _op("aten::add", 1100.0, 5.0, pid=10**20, args={"correlation": 10**20, "External id": "x"}),
+        _op("aten::bad", 1200.0, -3.0),  # negative duration: left out
+        _op(["not", "a", "name"], 1300.0, 1.0),  # not a name: left out
+    ]
+    path = _bad(tmp_path, "odd.json", json.dumps({"traceEvents": events}).encode())
+    out = tmp_path / "odd.infertop"
+    p = run("import", str(path), "-o", str(out))
+    assert p.returncode == 0, p.stderr
+    assert "Warning" not in p.stderr and "Traceback" not in p.stderr
+    windows = [w for w in read_recording(str(out)).events if isinstance(w, OpWindow)]
+    assert {path.names[-1] for w in windows for path in w.paths} == {"aten::mm", "aten::add"}
+
+
+def test_a_trace_spanning_weeks_is_refused(tmp_path: Path) -> None:
+    events = [_op("aten::mm", 0.0, 5.0), _op("aten::mm", 2e12, 5.0)]
+    path = _bad(tmp_path, "weeks.json", json.dumps({"traceEvents": events}).encode())
+    p = run("import", str(path), "-o", str(tmp_path / "w.infertop"))
+    assert p.returncode == 5 and "11 days" in p.stderr and "Traceback" not in p.stderr
