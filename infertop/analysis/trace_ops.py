@@ -93,24 +93,43 @@ def _nesting(trace: KinetoTrace, mask: np.ndarray) -> Nesting:
 def enclosing_ops(trace: KinetoTrace, mask: np.ndarray) -> list[int | None]:
     """For each masked event, the innermost CPU op on its thread that encloses it (or None)."""
     n = cpu_nesting(trace)
+    queries = np.flatnonzero(mask)
     if not len(n.idx):
-        return [None] * int(mask.sum())
-    ts, end = trace.ts[n.idx], trace.ts[n.idx] + trace.dur[n.idx]
-    pids, tids = trace.pid[n.idx], trace.tid[n.idx]
-    starts = np.flatnonzero(np.r_[True, (pids[1:] != pids[:-1]) | (tids[1:] != tids[:-1])])
-    bounds = {
-        (int(pids[a]), int(tids[a])): (int(a), int(b))
-        for a, b in zip(starts, np.r_[starts[1:], len(tids)])
-    }
-    out: list[int | None] = []
-    for q in np.flatnonzero(mask):
-        t0, t1 = trace.ts[q], trace.ts[q] + trace.dur[q]
-        lo, hi = bounds.get((int(trace.pid[q]), int(trace.tid[q])), (0, 0))
-        j = lo + int(np.searchsorted(ts[lo:hi], t0, "right")) - 1
-        while j >= lo and end[j] < t1:
-            j = int(n.parent[j])
-        out.append(int(n.idx[j]) if j >= lo else None)
+        return [None] * len(queries)
+    ts, end, bounds = _op_threads(trace, n)
+    q_start, q_end = trace.ts[queries], trace.ts[queries] + trace.dur[queries]
+    span = [bounds.get(k, (0, 0)) for k in zip(trace.pid[queries].tolist(), trace.tid[queries].tolist())]
+    out: list[int | None] = [None] * len(queries)
+    by_thread: dict[tuple[int, int], list[int]] = {}
+    for i, lo_hi in enumerate(span):
+        by_thread.setdefault(lo_hi, []).append(i)
+    parent, ends, idx = n.parent.tolist(), end.tolist(), n.idx.tolist()
+    for (lo, hi), members in by_thread.items():
+        if hi <= lo:
+            continue
+        at = np.searchsorted(ts[lo:hi], q_start[members], "right") - 1 + lo  # one search each thread
+        for i, j, t1 in zip(members, at.tolist(), q_end[members].tolist()):
+            while j >= lo and ends[j] < t1:
+                j = parent[j]
+            out[i] = idx[j] if j >= lo else None
     return out
+
+
+def _op_threads(
+    trace: KinetoTrace, n: Nesting
+) -> tuple[np.ndarray, np.ndarray, dict[tuple[int, int], tuple[int, int]]]:
+    """Op starts and ends in nesting order, and each thread's [lo, hi) range in it (cached)."""
+    cached = trace.cache.get("op_threads")
+    if cached is None:
+        ts, end = trace.ts[n.idx], trace.ts[n.idx] + trace.dur[n.idx]
+        pids, tids = trace.pid[n.idx], trace.tid[n.idx]
+        starts = np.flatnonzero(np.r_[True, (pids[1:] != pids[:-1]) | (tids[1:] != tids[:-1])])
+        bounds = {
+            (int(pids[a]), int(tids[a])): (int(a), int(b))
+            for a, b in zip(starts, np.r_[starts[1:], len(tids)])
+        }
+        cached = trace.cache["op_threads"] = (ts, end, bounds)
+    return cached
 
 
 def op_table(trace: KinetoTrace) -> list[OpRow]:
