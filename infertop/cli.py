@@ -47,14 +47,13 @@ def _add_collect_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--inject",
         action="store_true",
-        help="EXPERIMENTAL: inject the in-process agent (torch ops, kernels, stage latencies). "
-        "Off by default: a target crashed once under heavy load in testing (torch 2.13 "
-        "profiler across threads); do not use on production yet",
+        help="inject the in-process agent (the default): torch ops, kernels, copies, allocator "
+        "and stage latencies, from duty-cycled torch.profiler windows",
     )
     p.add_argument(
         "--no-inject",
         action="store_true",
-        help="no in-process agent: py-spy only (today's default)",
+        help="no in-process agent: py-spy (and NVML) only, nothing runs inside the target",
     )
     p.add_argument(
         "--profile-window",
@@ -190,9 +189,8 @@ def _collectors(target, args: argparse.Namespace, cfg):  # type: ignore[no-untyp
         NvmlCollector(target.pid),  # no GPU or no driver: it only says why, and runs nothing
     ]
     statuses = []
-    if getattr(args, "no_inject", False) or not getattr(args, "inject", False):
-        why = "off (--no-inject)" if getattr(args, "no_inject", False) else "off (experimental: --inject)"
-        statuses.append(CollectorStatus(time.time(), "agent", "unavailable", why))
+    if getattr(args, "no_inject", False):
+        statuses.append(CollectorStatus(time.time(), "agent", "unavailable", "off (--no-inject)"))
         return collectors, statuses
     agent = replace(AGENT_DEFAULTS, stage_functions=tuple(cfg.stage_rules))
     window, period = getattr(args, "profile_window", None), getattr(args, "profile_period", None)
@@ -254,7 +252,7 @@ def _start_child(cmd: Sequence[str], log_path: str, args: argparse.Namespace):  
     site_dir = os.path.join(pkg_parent, "infertop", "agent", "_site")
     path = os.pathsep.join(p for p in (site_dir, pkg_parent, os.environ.get("PYTHONPATH")) if p)
     env = dict(os.environ, PYTHONPATH=path)
-    if getattr(args, "inject", False):
+    if not getattr(args, "no_inject", False):
         env["INFERTOP_AGENT"] = "1"
     log = open(log_path, "ab")
     try:

@@ -88,6 +88,13 @@ SPAN_FLUSH_S = 0.5
 ALLOCATOR_EVERY_S = 1.0
 SEND_TIMEOUT_S = 5.0
 KINETO_QUIET_LEVEL = 6  # above every libkineto level (VERBOSE 0 ... USDT 5)
+C10_QUIET_LEVEL = 2  # c10's LOG threshold while a window stops: errors only (INFO 0, WARNING 1)
+#: Between removing the profiler's op callbacks and finalising the window. torch 2.13 with
+#: profile_all_threads: a thread inside an op while the profiler finalises may write to freed
+#: per-thread queues (SIGSEGV in ThreadLocalSubqueue::begin_op, seen under load, ~1 in 200-500
+#: windows of 0.3 s); with the callbacks removed first and this pause, none in 2,400
+#: (tests/agent/stress_profiler_stop.py, docs/agent-protocol.md).
+STOP_GRACE_S = 0.03
 
 # ---------------------------------------------------------------------------------------------
 # Reduction of profiler events (pure functions; also fed from Kineto trace JSON in the tests)
@@ -632,6 +639,30 @@ class _KinetoLog:
         except Exception:
             self.level = None
 
+        self.c10 = None  # c10's LOG threshold (FLAGS_caffe2_log_level in libc10), or None
+        try:
+            import ctypes
+
+            lib = ctypes.CDLL(
+                "libc10.so", mode=getattr(os, "RTLD_NOLOAD", 4) | getattr(os, "RTLD_LAZY", 1)
+            )
+            self.c10 = ctypes.c_int.in_dll(lib, "FLAGS_caffe2_log_level")
+        except Exception:
+            self.c10 = None
+
+    def quiet_c10(self):
+        """Raise c10's LOG threshold to errors (torch warns on stderr when collection is toggled
+        and when an op outlives a stopped profiler); returns the value for ``restore_c10``."""
+        if self.c10 is None or self.c10.value >= C10_QUIET_LEVEL:
+            return None
+        old = self.c10.value
+        self.c10.value = C10_QUIET_LEVEL
+        return old
+
+    def restore_c10(self, old):
+        if self.c10 is not None and old is not None and self.c10.value == C10_QUIET_LEVEL:
+            self.c10.value = old
+
     def initialised(self):
         """False while libkineto has never been initialised (threshold still 0/VERBOSE)."""
         return self.level is not None and self.level.value != 0
@@ -775,6 +806,7 @@ class _Window:
         self.t_start = 0.0
         self.started_mono = 0.0
         self.running = False
+        self.grace_s = 0.0  # of the stop, spent waiting for ops to drain (costs the target nothing)
 
     def start(self):
         prof = self.prof
@@ -800,13 +832,30 @@ class _Window:
         if age < MIN_WINDOW_S:
             time.sleep(MIN_WINDOW_S - age)  # see MIN_WINDOW_S
         self.running = False
+        c10_level = self.kineto_log.quiet_c10()
         try:
+            self.grace_s = _remove_op_callbacks(self.torch, self.prof)
             self.prof.__exit__(None, None, None)
             results = self.prof.kineto_results
             return results.events() if results is not None else []
         finally:
+            self.kineto_log.restore_c10(c10_level)
             self.kineto_log.restore(self.log_level)
             self.prof = None
+
+
+def _remove_op_callbacks(torch, prof):
+    """Stop recording CPU ops, then give ops in flight on other threads a moment to leave the
+    profiler's callbacks before the window is finalised (see STOP_GRACE_S)."""
+    toggle = getattr(prof, "toggle_collection_dynamic", None)
+    if toggle is None:
+        return 0.0
+    try:
+        toggle(False, [torch._C._profiler.ProfilerActivity.CPU])
+    except Exception:
+        return 0.0
+    time.sleep(STOP_GRACE_S)  # the target runs freely meanwhile: not a cost of the window
+    return STOP_GRACE_S
 
 
 def _warm_up(torch, kineto_log, experimental_config):
@@ -1659,7 +1708,7 @@ class _Agent:
             else:
                 self.events_rate *= 0.5
         # what this window cost the target; stretch the period to keep within COST_BUDGET
-        cost = WINDOW_SLOWDOWN * recorded + (time.monotonic() - work_start)
+        cost = WINDOW_SLOWDOWN * recorded + (time.monotonic() - work_start - window.grace_s)
         period = self.config["period_s"]
         wait = max(period, cost / COST_BUDGET)
         self.next_window = max(self.next_window, window.started_mono + wait)
