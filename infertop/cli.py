@@ -11,10 +11,17 @@ import time
 from collections.abc import Sequence
 
 from infertop import __version__
-from infertop.collect.agent_client import AgentConfig
 from infertop.errors import EXIT_OK, EXIT_USAGE, InfertopError, UsageError
 
-AGENT_DEFAULTS = AgentConfig()
+#: commands that collect: only their parsers name the agent's defaults (importing the agent
+#: client costs `report` and the other file commands ~25 ms of start-up)
+COLLECTING = ("attach", "run", "record", "demo")
+
+
+def _agent_defaults():  # type: ignore[no-untyped-def]
+    from infertop.collect.agent_client import AgentConfig
+
+    return AgentConfig()
 
 EPILOG = """\
 examples:
@@ -29,7 +36,10 @@ exit codes: 0 ok, 1 diff regression, 2 bad usage, 3 target not found / no permis
 """
 
 
-def _add_collect_flags(p: argparse.ArgumentParser) -> None:
+def _add_collect_flags(p: argparse.ArgumentParser, defaults) -> None:  # type: ignore[no-untyped-def]
+    """``defaults``: the agent's AgentConfig, or None when this command's help is not shown."""
+    window = f"{defaults.window_s:g} s" if defaults else "the agent's"
+    period = f"{defaults.period_s:g} s" if defaults else "the agent's"
     p.add_argument(
         "--rate", type=float, metavar="HZ", help="py-spy samples per second (default 100)"
     )
@@ -59,13 +69,13 @@ def _add_collect_flags(p: argparse.ArgumentParser) -> None:
         "--profile-window",
         type=float,
         metavar="S",
-        help=f"agent: length of each torch.profiler window (default {AGENT_DEFAULTS.window_s:g} s)",
+        help=f"agent: length of each torch.profiler window (default {window})",
     )
     p.add_argument(
         "--profile-period",
         type=float,
         metavar="S",
-        help=f"agent: one window every S seconds (default {AGENT_DEFAULTS.period_s:g} s); "
+        help=f"agent: one window every S seconds (default {period}); "
         "window/period is the share of time the profiler runs",
     )
     p.add_argument(
@@ -73,7 +83,9 @@ def _add_collect_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line; ``command`` (when known) spares the others' agent defaults."""
+    defaults = _agent_defaults() if command is None or command in COLLECTING else None
     parser = argparse.ArgumentParser(
         prog="infertop",
         description="See where a running PyTorch inference process spends its time: tokenizer, "
@@ -88,11 +100,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("attach", help="live UI on a running process")
     p.add_argument("pid", type=int, help="process id of the Python process")
     p.add_argument("--record", metavar="FILE", help="also record the session to FILE")
-    _add_collect_flags(p)
+    _add_collect_flags(p, defaults)
 
     p = sub.add_parser("run", help="start a command and open the live UI on it")
     p.add_argument("--record", metavar="FILE", help="also record the session to FILE")
-    _add_collect_flags(p)
+    _add_collect_flags(p, defaults)
     p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]")
 
     p = sub.add_parser("record", help="record a process headless (no terminal needed)")
@@ -101,7 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--duration", type=float, metavar="S", help="stop after S seconds (default: until Ctrl-C)"
     )
-    _add_collect_flags(p)
+    _add_collect_flags(p, defaults)
 
     p = sub.add_parser("replay", help="the live UI on a recording, with a timeline")
     p.add_argument("file")
@@ -192,7 +204,7 @@ def _collectors(target, args: argparse.Namespace, cfg):  # type: ignore[no-untyp
     if getattr(args, "no_inject", False):
         statuses.append(CollectorStatus(time.time(), "agent", "unavailable", "off (--no-inject)"))
         return collectors, statuses
-    agent = replace(AGENT_DEFAULTS, stage_functions=tuple(cfg.stage_rules))
+    agent = replace(_agent_defaults(), stage_functions=tuple(cfg.stage_rules))
     window, period = getattr(args, "profile_window", None), getattr(args, "profile_period", None)
     if window is not None:
         if not 0.1 <= window <= 10:
@@ -472,7 +484,8 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    words = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(next((w for w in words if not w.startswith("-")), None))
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help(sys.stderr)
