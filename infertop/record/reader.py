@@ -20,25 +20,26 @@ class Recording:
     warning: str | None = None  # set when the file was damaged or cut short
 
 
-def read_recording(path: str) -> Recording:
+def read_head(path: str, size: int = -1) -> bytes:
+    """The first ``size`` bytes of a recording (all of it by default), or one clear error."""
     try:
         with open(path, "rb") as fh:
-            data = fh.read()
+            return fh.read(size)
     except FileNotFoundError:
         raise BadInputFile(f"{path}: no such file") from None
     except IsADirectoryError:
         raise BadInputFile(f"{path} is a directory, not a recording") from None
     except OSError as exc:
         raise BadInputFile(f"cannot read {path}: {exc.strerror}") from None
-    return parse_recording(data, path)
 
 
-def parse_recording(data: bytes, path: str = "<bytes>") -> Recording:
+def check_header(data: bytes, path: str) -> tuple[int, int]:
+    """The format version a recording starts with; refuses other files and newer majors."""
     if len(data) < HEADER.size or not data.startswith(MAGIC):
         raise BadInputFile(
             f"{path} is not an infertop recording",
             "recordings are made by `infertop record` or `attach --record`; "
-            "for torch.profiler traces use `infertop report TRACE.json`",
+            "torch.profiler traces are read as they are (TRACE.json or TRACE.json.gz)",
         )
     _, major, minor = HEADER.unpack_from(data)
     if major > MAJOR:
@@ -46,6 +47,15 @@ def parse_recording(data: bytes, path: str = "<bytes>") -> Recording:
             f"{path} is recording format {major}.{minor}, newer than this infertop reads ({MAJOR}.x)",
             "upgrade infertop: pip install -U infertop",
         )
+    return major, minor
+
+
+def read_recording(path: str) -> Recording:
+    return parse_recording(read_head(path), path)
+
+
+def parse_recording(data: bytes, path: str = "<bytes>") -> Recording:
+    major, minor = check_header(data, path)
     rec = Recording(path, (major, minor))
     pos = HEADER.size
     while pos < len(data):

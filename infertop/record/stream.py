@@ -12,9 +12,9 @@ from collections.abc import Iterator
 
 import msgpack
 
-from infertop.errors import BadInputFile
 from infertop.model.events import Event
-from infertop.record.format import HEADER, MAGIC, MAJOR, MAX_RECORD, RECORD, decode_event
+from infertop.record.format import HEADER, MAX_RECORD, RECORD, decode_event
+from infertop.record.reader import check_header, read_head
 
 
 class RecordingStream:
@@ -23,27 +23,7 @@ class RecordingStream:
     def __init__(self, path: str) -> None:
         self.path = path
         self.warning: str | None = None
-        try:
-            with open(path, "rb") as fh:
-                head = fh.read(HEADER.size)
-        except FileNotFoundError:
-            raise BadInputFile(f"{path}: no such file") from None
-        except IsADirectoryError:
-            raise BadInputFile(f"{path} is a directory, not a recording") from None
-        except OSError as exc:
-            raise BadInputFile(f"cannot read {path}: {exc.strerror}") from None
-        if len(head) < HEADER.size or not head.startswith(MAGIC):
-            raise BadInputFile(
-                f"{path} is not an infertop recording",
-                "recordings are made by `infertop record`; torch.profiler traces are "
-                "read as they are (TRACE.json or TRACE.json.gz)",
-            )
-        _, major, minor = HEADER.unpack_from(head)
-        if major > MAJOR:
-            raise BadInputFile(
-                f"{path} is recording format {major}.{minor}, newer than this infertop reads ({MAJOR}.x)",
-                "upgrade infertop: pip install -U infertop",
-            )
+        major, minor = check_header(read_head(path, HEADER.size), path)
         self.version = (major, minor)
 
     def batches(self) -> Iterator[list[Event]]:
