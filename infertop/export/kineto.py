@@ -211,7 +211,7 @@ def export_kineto(path: str, out: str) -> ExportResult:
 
         raise BadInputFile(
             f"{path} holds no torch-profiler windows",
-            "record with the agent (--inject, or `infertop run`) to get torch ops and kernels",
+            "record a process that has imported torch, without --no-inject, to get torch ops and kernels",
         )
     tid = tids.most_common(1)[0][0] if tids else pid
     doc = JsonStream(out)

@@ -138,7 +138,7 @@ def empty_text(snap: Snapshot | None) -> Text:
     if not snap.op_windows:
         missing.append(
             "no torch-profiler windows: the op and GPU rules (copy-heavy, memcpy-*, "
-            "python-overhead, tiny-ops, gpu-idle) need the agent (--inject)"
+            "python-overhead, tiny-ops, gpu-idle) need the agent (its status is in the bottom line)"
         )
     out.append("\n".join(missing) or "Rules and thresholds: docs/findings.md", style="dim")
     return out
