@@ -363,3 +363,47 @@ def test_kineto_events_clamps_unfinished_ops_and_reads_bytes():
     assert out[0][4] == 500 and out[0][8] == "float[2, 3]"
     assert out[1][4] == 8_000
     assert out[2][7] == 4096 and out[2][6] == 1
+
+
+def test_window_stop_removes_op_callbacks_before_finalising():
+    """The agent's stop: after ``_remove_op_callbacks`` another thread's ops are no longer
+    recorded (so none can be inside the profiler's per-thread queues while they are finalised),
+    and torch's warning about toggling collection does not reach stderr."""
+    import subprocess
+    import sys
+
+    code = r"""
+import importlib.util, sys, threading, time, torch
+spec = importlib.util.spec_from_file_location("pl", sys.argv[1]); PL = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(PL)
+with torch.profiler.profile():
+    pass
+stop = threading.Event()
+def work():
+    x = torch.randn(64, 64)
+    while not stop.is_set():
+        (x @ x).sum()
+t = threading.Thread(target=work); t.start()
+cfg = torch._C._profiler._ExperimentalConfig(profile_all_threads=True)
+log = PL._KinetoLog()
+prof = torch.autograd.profiler.profile(use_kineto=True, experimental_config=cfg)
+prof._prepare_trace(); level = log.quiet(); prof._start_trace()
+time.sleep(0.3)
+c10 = log.quiet_c10()
+grace = PL._remove_op_callbacks(torch, prof)
+removed_ns = time.time_ns()
+time.sleep(0.2)  # the worker keeps running ops
+prof.__exit__(None, None, None)
+log.restore_c10(c10); log.restore(level)
+stop.set(); t.join()
+starts = [e.start_ns() for e in prof.kineto_results.events() if e.name() == "aten::mm"]
+print(len(starts), sum(s > removed_ns for s in starts), grace)
+"""
+    payload = Path(PL.__file__)
+    r = subprocess.run([sys.executable, "-c", code, str(payload)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    recorded, after, grace = r.stdout.split()
+    assert int(recorded) > 10  # the worker's ops were recorded during the window
+    assert int(after) == 0  # and none that started after the callbacks were removed
+    assert float(grace) > 0
+    assert "Toggling" not in r.stderr and "RecordFunction" not in r.stderr, r.stderr
