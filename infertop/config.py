@@ -13,6 +13,7 @@ A config file looks like::
 
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -234,6 +235,6 @@ def load_config(path: str | None) -> Config:
 
 
 def _positive(value: object, key: str, path: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
         raise ValueError(f"{path}: {key} must be a positive number, not {value!r}")
     return float(value)

@@ -64,14 +64,15 @@ def parse_raw(text: str) -> tuple[list[tuple[int, str, tuple[Frame, ...], int]],
         if not line:
             continue
         stack_text, _, count_text = line.rpartition(" ")
-        if not stack_text or not count_text.isdigit():
+        if not stack_text or not (count_text.isascii() and count_text.isdigit()):
             bad += 1
             continue
         parts = stack_text.split(";")
         tid, name = 0, ""
         m = _THREAD_RE.match(parts[0])
         if m is not None:
-            tid = int(m.group(1), 0)
+            text = m.group(1)  # decimal (a leading 0 is not octal) or 0x hex
+            tid = int(text, 16) if text.startswith("0x") else int(text)
             name = m.group(2) or ""
             parts = parts[1:]
         frames = []

@@ -20,11 +20,11 @@ from infertop import __version__
 from infertop.analysis.findings import evaluate
 from infertop.analysis.gpu import summarize_gpu
 from infertop.analysis.trace_findings import trace_input
-from infertop.collect.kineto import CAT, CATEGORIES, GPU_CATS, KinetoTrace, read_trace
+from infertop.collect.kineto import CAT, CATEGORIES, GPU_CATS, KinetoTrace
 from infertop.config import FindingThresholds
 from infertop.export.jsonout import TraceEventWriter
 from infertop.export.lanes import StartOrderedLanes
-from infertop.export.prelude import ExportResult
+from infertop.export.prelude import ExportResult, read_trace_to_export
 
 LANE_TID = 0x7F000000  # lanes beyond the first get synthetic tids from here, per process
 LAUNCH = (CAT["cuda_runtime"], CAT["cuda_driver"])
@@ -37,7 +37,7 @@ def _us(ns: int) -> int | float:
 def export_chrome_trace(
     path: str, out: str, thresholds: FindingThresholds | None = None
 ) -> ExportResult:
-    trace = read_trace(path)
+    trace = read_trace_to_export(path)
     writer = TraceEventWriter(out)
     try:
         n = write_trace_events(trace, writer.event, thresholds)

@@ -3,9 +3,18 @@ origin, the stage rules it was recorded with, what is known of the target)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from infertop.errors import BadInputFile
 from infertop.model.events import OpWindow, SampleWindow, StageRules, StageSpan, TargetInfo
 from infertop.record.stream import RecordingStream
 from infertop.sources import event_time
+
+if TYPE_CHECKING:
+    from infertop.collect.kineto import KinetoTrace
+
+#: µs: more than a torch.profiler trace ever spans (its times as int64 ns would overflow)
+MAX_TRACE_SPAN_US = 1e12
 
 
 class ExportResult:
@@ -37,3 +46,18 @@ def scan_recording(
                 ev.started or target.started,
             )
     return (t0 if t0 is not None else target.started or 0.0), rules, target
+
+
+def read_trace_to_export(path: str) -> KinetoTrace:
+    """A torch.profiler trace whose times fit an export; a span of weeks is refused (exit 5),
+    as ``infertop import`` does."""
+    from infertop.collect.kineto import read_trace
+
+    trace = read_trace(path)
+    if len(trace):  # Python floats: an absurd span is inf here, not a numpy overflow warning
+        span = float(trace.ts.max()) - float(trace.ts.min()) + float(trace.dur.max())
+        if not span <= MAX_TRACE_SPAN_US:
+            raise BadInputFile(
+                f"{path}: its timestamps span more than 11 days; is it a torch.profiler trace?"
+            )
+    return trace

@@ -9,17 +9,17 @@ import os
 import numpy as np
 
 from infertop import __version__
-from infertop.collect.kineto import CAT, read_trace
+from infertop.collect.kineto import CAT
 from infertop.export.jsonout import JsonStream
 from infertop.export.lanes import StartOrderedLanes
-from infertop.export.prelude import ExportResult
+from infertop.export.prelude import ExportResult, read_trace_to_export
 
 SCHEMA = "https://www.speedscope.app/file-format-schema.json"
 CPU = (CAT["cpu_op"], CAT["user_annotation"])
 
 
 def export_speedscope_trace(path: str, out: str) -> ExportResult:
-    trace = read_trace(path)
+    trace = read_trace_to_export(path)
     idx = np.flatnonzero(np.isin(trace.cat, CPU))
     frame_of: dict[int, int] = {}
     frames: list[dict] = []

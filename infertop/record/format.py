@@ -40,6 +40,7 @@ from infertop.model.events import (
 )
 from infertop.model.gpu import GpuReading
 from infertop.record.gpu_format import GPU, decode_gpu_reading, encode_gpu_reading
+from infertop.record.numbers import bounded_float, bounded_int, real, whole
 
 MAGIC = b"INFERTOP"
 MAJOR = 1
@@ -95,35 +96,35 @@ def decode_event(raw: Any) -> Event | None:
         if not isinstance(flat, list) or len(flat) % 3:
             raise ValueError("bad sample counts")
         counts = tuple(
-            (int(flat[i]), int(flat[i + 1]), int(flat[i + 2])) for i in range(0, len(flat), 3)
+            (whole(flat[i]), whole(flat[i + 1]), whole(flat[i + 2])) for i in range(0, len(flat), 3)
         )
         return SampleWindow(
-            float(f[0]), float(f[1]), float(f[2]), int(f[3]), counts, int(f[5]), float(f[6]),
-            int(f[7]) if len(f) > 7 else 0,
+            real(f[0]), real(f[1]), real(f[2]), whole(f[3]), counts, whole(f[5]), real(f[6]),
+            whole(f[7]) if len(f) > 7 else 0,
         )  # fmt: skip
     if code == FRAME:
-        return FrameDef(int(f[0]), Frame(str(f[1]), str(f[2]), int(f[3])))
+        return FrameDef(whole(f[0]), Frame(str(f[1]), str(f[2]), whole(f[3])))
     if code == STACK:
-        return StackDef(int(f[0]), tuple(int(x) for x in f[1]))
+        return StackDef(whole(f[0]), tuple(whole(x) for x in f[1]))
     if code == THREAD:
-        return ThreadDef(int(f[0]), str(f[1]))
+        return ThreadDef(whole(f[0]), str(f[1]))
     if code == SPAN:
-        return StageSpan(int(f[0]), str(f[1]), float(f[2]), float(f[3]))
+        return StageSpan(whole(f[0]), str(f[1]), real(f[2]), real(f[3]))
     if code == STATUS:
-        return CollectorStatus(float(f[0]), str(f[1]), str(f[2]), str(f[3]))
+        return CollectorStatus(real(f[0]), str(f[1]), str(f[2]), str(f[3]))
     if code == TARGET:
         return TargetInfo(
-            None if f[0] is None else int(f[0]),
+            None if f[0] is None else whole(f[0]),
             None if f[1] is None else str(f[1]),
             None if f[2] is None else str(f[2]),
             None if f[3] is None else str(f[3]),
-            float(f[4]),
+            real(f[4]),
         )
     if code == EXITED:
-        return TargetExited(float(f[0]), str(f[1]))
+        return TargetExited(real(f[0]), str(f[1]))
     if code == MARKER:
         extra = f[2] if isinstance(f[2], dict) else {}
-        return Marker(float(f[0]), str(f[1]), {str(k): str(v) for k, v in extra.items()})
+        return Marker(real(f[0]), str(f[1]), {str(k): str(v) for k, v in extra.items()})
     if code == RULES:
         return StageRules(tuple((str(r[0]), str(r[1])) for r in f[0]))
     if code == OPS:
@@ -163,13 +164,13 @@ def _opt_str(x: Any) -> str | None:
 def _int(x: Any) -> int:
     if isinstance(x, bool) or not isinstance(x, int):
         raise ValueError(f"expected an integer, got {type(x).__name__}")
-    return x
+    return bounded_int(x)
 
 
 def _num(x: Any) -> float:
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         raise ValueError(f"expected a number, got {type(x).__name__}")
-    return float(x)
+    return bounded_float(float(x))
 
 
 def _names(x: Any) -> tuple[str, ...]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from infertop.model.gpu import GpuDeviceReading, GpuReading
+from infertop.record.numbers import bounded_float, bounded_int
 
 GPU = 13
 
@@ -47,13 +48,13 @@ FIELDS: tuple[tuple[str, str], ...] = (
 def _num(x: Any) -> float:
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         raise ValueError(f"expected a number, got {type(x).__name__}")
-    return float(x)
+    return bounded_float(float(x))
 
 
 def _int(x: Any) -> int:
     if isinstance(x, bool) or not isinstance(x, int):
         raise ValueError(f"expected an integer, got {type(x).__name__}")
-    return x
+    return bounded_int(x)
 
 
 def _field(kind: str, x: Any) -> Any:

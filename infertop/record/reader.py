@@ -10,6 +10,7 @@ import msgpack
 from infertop.errors import BadInputFile
 from infertop.model.events import Event
 from infertop.record.format import HEADER, MAGIC, MAJOR, MAX_RECORD, RECORD, decode_event
+from infertop.record.references import References
 
 
 @dataclass
@@ -57,6 +58,7 @@ def read_recording(path: str) -> Recording:
 def parse_recording(data: bytes, path: str = "<bytes>") -> Recording:
     major, minor = check_header(data, path)
     rec = Recording(path, (major, minor))
+    refs = References()
     pos = HEADER.size
     while pos < len(data):
         problem = None
@@ -75,6 +77,7 @@ def parse_recording(data: bytes, path: str = "<bytes>") -> Recording:
                     if not isinstance(batch, list):
                         raise ValueError("record is not a list")
                     events = [decode_event(e) for e in batch]
+                    refs.check(events)
                 except Exception as exc:  # malformed payload that passed the CRC
                     problem = f"a malformed record ({type(exc).__name__})"
                 else:

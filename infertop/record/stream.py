@@ -15,6 +15,7 @@ import msgpack
 from infertop.model.events import Event
 from infertop.record.format import HEADER, MAX_RECORD, RECORD, decode_event
 from infertop.record.reader import check_header, read_head
+from infertop.record.references import References
 
 
 class RecordingStream:
@@ -32,6 +33,7 @@ class RecordingStream:
         with open(self.path, "rb") as fh:
             fh.seek(HEADER.size)
             pos = HEADER.size
+            refs = References()
             while True:
                 head = fh.read(RECORD.size)
                 if not head:
@@ -52,6 +54,7 @@ class RecordingStream:
                             if not isinstance(raw, list):
                                 raise ValueError("record is not a list")
                             events = [decode_event(e) for e in raw]
+                            refs.check(events)
                         except Exception as exc:  # malformed payload that passed the CRC
                             problem = f"a malformed record ({type(exc).__name__})"
                         else:
