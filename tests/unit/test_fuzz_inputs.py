@@ -314,3 +314,31 @@ def test_infinite_thresholds_are_refused() -> None:
                 load_config(fh.name)
         finally:
             os.unlink(fh.name)
+
+
+# -- through the command line, as a user meets it -----------------------------------------------
+@pytest.mark.parametrize("seed", range(6))
+def test_report_and_export_of_a_mutated_recording_through_the_cli(tmp_path, seed: int) -> None:
+    """Exit 0 (with a one-line warning when the damage cut the reading short) or exit 5 with
+    one message; never a traceback, never 'internal error'."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "m.infertop"
+    path.write_bytes(_mutate_events(session_events(3), random.Random(seed)))
+    for args in (["report", str(path), "--format", "json"],
+                 ["export", str(path), "--format", "chrome", "-o", str(tmp_path / "o.json")]):  # fmt: skip
+        p = subprocess.run(
+            [sys.executable, "-m", "infertop", *args],
+            capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        assert p.returncode in (0, 5), (args, p.returncode, p.stderr)
+        assert "Traceback" not in p.stderr and "internal error" not in p.stderr, p.stderr
+        lines = [ln for ln in p.stderr.splitlines() if not ln.startswith("  hint:")]
+        if p.returncode == 5:
+            assert len(lines) == 1 and lines[0].startswith("infertop: "), p.stderr
+        else:
+            assert all(ln.startswith("infertop: ") for ln in lines), p.stderr
+            if args[0] == "report":
+                json.loads(p.stdout)
+                assert "NaN" not in p.stdout and "Infinity" not in p.stdout  # json.loads takes them
