@@ -277,7 +277,9 @@ _TOML_VALUES = ["1", "0", "-3", "1e400", "inf", "nan", "-inf", "true", '"x"', '"
 @settings(max_examples=200, deadline=None)
 @given(
     st.lists(
-        st.tuples(st.sampled_from(_SECTIONS), st.sampled_from(_KEYS), st.sampled_from(_TOML_VALUES)),
+        st.tuples(
+            st.sampled_from(_SECTIONS), st.sampled_from(_KEYS), st.sampled_from(_TOML_VALUES)
+        ),
         max_size=6,
     ),
     st.text(max_size=12),
@@ -286,7 +288,9 @@ def test_configs_load_or_are_one_usage_error(entries: list, noise: str) -> None:
     by_section: dict[str, list[str]] = {}
     for section, key, value in entries:
         by_section.setdefault(section, []).append(f'"{key}" = {value}')
-    text = "".join(f"[{s}]\n" + "\n".join(dict.fromkeys(lines)) + "\n" for s, lines in by_section.items())
+    text = "".join(
+        f"[{s}]\n" + "\n".join(dict.fromkeys(lines)) + "\n" for s, lines in by_section.items()
+    )
     with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False, encoding="utf-8") as fh:
         fh.write(text + noise)
     try:
@@ -326,8 +330,8 @@ def test_report_and_export_of_a_mutated_recording_through_the_cli(tmp_path, seed
 
     path = tmp_path / "m.infertop"
     path.write_bytes(_mutate_events(session_events(3), random.Random(seed)))
-    for args in (["report", str(path), "--format", "json"],
-                 ["export", str(path), "--format", "chrome", "-o", str(tmp_path / "o.json")]):  # fmt: skip
+    chrome = ["export", str(path), "--format", "chrome", "-o", str(tmp_path / "o.json")]
+    for args in (["report", str(path), "--format", "json"], chrome):
         p = subprocess.run(
             [sys.executable, "-m", "infertop", *args],
             capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
