@@ -91,8 +91,8 @@ KINETO_QUIET_LEVEL = 6  # above every libkineto level (VERBOSE 0 ... USDT 5)
 C10_QUIET_LEVEL = 2  # c10's LOG threshold while a window stops: errors only (INFO 0, WARNING 1)
 #: Between removing the profiler's op callbacks and finalising the window. torch 2.13 with
 #: profile_all_threads: a thread inside an op while the profiler finalises may write to freed
-#: per-thread queues (SIGSEGV in ThreadLocalSubqueue::begin_op, seen under load, ~1 in 200-500
-#: windows of 0.3 s); with the callbacks removed first and this pause, none in 2,400
+#: per-thread queues (SIGSEGV in ThreadLocalSubqueue::begin_op, seen under load, about one per
+#: 1,700 windows of 0.3 s); with the callbacks removed first and this pause, none in 3,900
 #: (tests/agent/stress_profiler_stop.py, docs/agent-protocol.md).
 STOP_GRACE_S = 0.03
 

@@ -10,9 +10,9 @@ stopped the agent's way (op callbacks removed first, a short pause, then the sto
 machine: the crash this guards against needs a thread preempted inside an op while the window
 is finalised. Exit status 0: survived; -11 / 139: the process crashed.
 
-Measured on the 2-core dev machine, torch 2.13 CPU, 0.3 s windows, under load: ``--plain``
-crashed with SIGSEGV in ``ThreadLocalSubqueue::begin_op`` after 150-550 windows (2 of 2 runs);
-the agent's way survived 3 runs of 800 windows each.
+Measured on the 2-core dev machine, torch 2.13 CPU, 0.3 s windows, two or three runs at once:
+stopped directly, 3 of 6 runs crashed with SIGSEGV in ``ThreadLocalSubqueue::begin_op`` (after
+~180, ~560 and ~950 windows); the agent's way, 0 of 4 runs (3,900 windows).
 """
 
 from __future__ import annotations
