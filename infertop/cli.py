@@ -382,12 +382,18 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    prefetch = None
+    if args.file.endswith((".json", ".json.gz")) and os.path.isfile(args.file):
+        from infertop.collect.trace_file import Prefetch
+
+        prefetch = Prefetch(args.file)  # read + gunzip on another core while modules import
     from infertop.report.trace import is_trace_path
 
     if is_trace_path(args.file):
         from infertop.report.trace import build_trace_report, render_trace_text
 
-        rep = build_trace_report(args.file, _config(args).findings)
+        data = prefetch.take() if prefetch is not None else None
+        rep = build_trace_report(args.file, _config(args).findings, data)
         if args.format == "json":
             sys.stdout.write(json.dumps(rep, indent=2) + "\n")
         else:

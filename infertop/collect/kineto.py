@@ -7,15 +7,14 @@ it. No per-event Python objects survive parsing. Malformed input is ``BadInputFi
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
-import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from infertop.collect.trace_file import trace_bytes
 from infertop.errors import BadInputFile
 
 try:  # typed decoding that skips what we do not need: ~3x faster than json.loads
@@ -82,22 +81,10 @@ def distinct(a: np.ndarray) -> np.ndarray:
     return s[np.r_[True, s[1:] != s[:-1]]] if len(s) else s
 
 
-def read_trace(path: str) -> KinetoTrace:
-    """Parse a ``.json`` or ``.json.gz`` Kineto trace."""
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read()
-    except FileNotFoundError:
-        raise BadInputFile(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise BadInputFile(f"{path} is a directory; pass one trace file") from None
-    except OSError as exc:
-        raise BadInputFile(f"cannot read {path}: {exc.strerror}") from None
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise BadInputFile(f"{path}: damaged gzip data ({exc})") from None
+def read_trace(path: str, data: bytes | None = None) -> KinetoTrace:
+    """Parse a ``.json`` or ``.json.gz`` Kineto trace (``data``: its bytes, already read and
+    gunzipped, e.g. by ``trace_file.Prefetch``)."""
+    raw = trace_bytes(path) if data is None else data
     fast = _decode_fast(raw)
     if fast is not None:
         return _build(fast, path)

@@ -36,8 +36,8 @@ def trace_files(path: str) -> list[str]:
     return files
 
 
-def _one(path: str, thresholds: FindingThresholds) -> dict[str, Any]:
-    trace = read_trace(path)
+def _one(path: str, thresholds: FindingThresholds, data: bytes | None = None) -> dict[str, Any]:
+    trace = read_trace(path, data)
     gpu = summarize_gpu(trace)
     inp = trace_input(trace, gpu)
     findings = evaluate(inp, thresholds)
@@ -76,11 +76,14 @@ def _one(path: str, thresholds: FindingThresholds) -> dict[str, Any]:
     }
 
 
-def build_trace_report(path: str, thresholds: FindingThresholds | None = None) -> dict[str, Any]:
+def build_trace_report(
+    path: str, thresholds: FindingThresholds | None = None, data: bytes | None = None
+) -> dict[str, Any]:
+    """``data``: the bytes of a single trace file, already read (see ``trace_file.Prefetch``)."""
     th = thresholds or FindingThresholds()
     files = trace_files(path)
     if not os.path.isdir(path):
-        return _one(files[0], th)
+        return _one(files[0], th, data)
     ranks = sorted((_one(f, th) for f in files), key=lambda r: (r["rank"] is None, r["rank"] or 0))
     return {
         "infertop_report": REPORT_VERSION,
