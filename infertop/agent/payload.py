@@ -313,7 +313,7 @@ def reduce_events(events, t_start, t_end, device_profiled=None):
                 rec_child[parent] += ev[EV_DUR]
             else:
                 parent = -1
-                tops.append((start, end))
+                tops.append((start, end, name))
                 parent_node = 0
             idx = len(rec_node)
             rec_node.append(intern(parent_node, name))
@@ -456,28 +456,48 @@ def reduce_events(events, t_start, t_end, device_profiled=None):
 
 def op_time(tops_by_tid, gap_ns=OP_GAP_NS):
     """Time inside and outside torch ops on the thread that runs the most op time: its
-    top-level ops, grouped into stretches of model work (ops less than ``gap_ns`` apart).
-    ``wall_us`` is the stretches' length, ``in_ops_us`` the part under an op, so the rest is
-    Python and dispatch between the ops (python-overhead, tiny-ops). None without CPU ops."""
+    top-level ops (start_ns, end_ns, name), grouped into stretches of model work (ops less
+    than ``gap_ns`` apart). ``wall_us`` is the stretches' length, ``in_ops_us`` the part under
+    an op, so the rest is Python and dispatch between the ops (python-overhead, tiny-ops).
+
+    A thread stopped for a while (a sampler's ptrace stop, preemption on a busy host) makes
+    either a long gap, which ends a stretch, or a long op: to keep the two alike, an op that
+    lasts ``gap_ns`` or more and over 20 times its name's median counts at that median, and
+    the excess leaves the stretch too. None without CPU ops."""
     best = None
     best_in = -1
     for tid, tops in tops_by_tid.items():
-        inside = sum(e - s for s, e in tops)
+        inside = sum(t[1] - t[0] for t in tops)
         if tops and inside > best_in:
             best, best_in = tid, inside
     if best is None:
         return None
     tops = tops_by_tid[best]
+    durations = {}
+    for s, e, name in tops:
+        durations.setdefault(name, []).append(e - s)
+    typical = {}
+    for name, ds in durations.items():
+        if max(ds) >= gap_ns:  # only names with a long call need their median
+            ds.sort()
+            typical[name] = ds[len(ds) // 2]
+    stopped = 0
+    for s, e, name in tops:
+        med = typical.get(name)
+        if med is not None and e - s >= gap_ns and e - s > 20 * med:
+            stopped += e - s - med
     wall = 0
-    cur_s, cur_e = tops[0]
-    for s, e in tops[1:]:
+    cur_s, cur_e = tops[0][0], tops[0][1]
+    for s, e, _name in tops[1:]:
         if s - cur_e >= gap_ns:
             wall += cur_e - cur_s
             cur_s = s
         if e > cur_e:
             cur_e = e
     wall += cur_e - cur_s
-    return {"tid": best, "ops": len(tops), "in_ops_us": _us(best_in), "wall_us": _us(max(wall, best_in))}
+    in_ops = best_in - stopped
+    wall = max(wall - stopped, in_ops)
+    return {"tid": best, "ops": len(tops), "in_ops_us": _us(in_ops), "wall_us": _us(wall)}
 
 
 def gpu_busy(intervals, t_start, t_end):

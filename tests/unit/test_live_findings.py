@@ -107,3 +107,20 @@ def test_op_time_travels_in_recordings_and_old_windows_still_read() -> None:
     assert decode_event(old).op_time is None and decode_event(old).paths == w.paths
     with pytest.raises(ValueError):
         decode_event(raw[:-1] + [[1, 2]])
+
+
+def test_op_time_does_not_count_a_stopped_thread_as_op_time() -> None:
+    """100 tiny ops 2 µs apart; one of them lasts 4 ms (the thread was stopped inside it):
+    it counts at its name's median, and the stop leaves the stretch, as a long gap would."""
+    events, t = [], 0.0
+    for i in range(100):
+        dur = 4000.0 if i == 50 else 1.0
+        events.append(ev("aten::mul", 1, t, dur))
+        t += dur + 2.0
+    got = PL.reduce_events(events, 0.0, 0.01)["op_time"]
+    assert got["ops"] == 100
+    assert got["in_ops_us"] == pytest.approx(100.0)  # 100 calls at 1 µs
+    assert got["wall_us"] == pytest.approx(100.0 + 99 * 2.0)
+    # a name whose calls are all long is real work, not a stop
+    slow = [ev("aten::mm", 1, i * 5002.0, 5000.0) for i in range(10)]
+    assert PL.reduce_events(slow, 0.0, 0.1)["op_time"]["in_ops_us"] == pytest.approx(50_000.0)
