@@ -173,7 +173,7 @@ def steps(trace: KinetoTrace) -> list[Span]:
     return out
 
 
-def _stretches(starts: np.ndarray, ends: np.ndarray) -> list[tuple[float, float]]:
+def stretches(starts: np.ndarray, ends: np.ndarray) -> list[tuple[float, float]]:
     """Top-level ops (one thread) grouped where the gap to the next is under ``OP_GAP_US``."""
     order = np.argsort(starts, kind="stable")
     s, e = starts[order], ends[order]
@@ -210,7 +210,7 @@ def time_outside_ops(trace: KinetoTrace) -> OutsideOps | None:
     starts, ends = trace.ts[top], trace.ts[top] + trace.dur[top]
     windows = [(s.ts, s.ts + s.dur) for s in steps(trace) if s.tid == main]
     if not windows:  # every op lies inside one stretch: the ops' time is all covered
-        wall = sum(b - a for a, b in _stretches(starts, ends))
+        wall = sum(b - a for a, b in stretches(starts, ends))
         return OutsideOps(wall, min(float((ends - starts).sum()), wall), int(len(top)))
     wall = covered = 0.0
     for w0, w1 in windows:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from infertop.analysis.trace_ops import cpu_nesting, steps
+from infertop.analysis.trace_ops import cpu_nesting, steps, stretches
 from infertop.collect.kineto import CAT, CATEGORIES, GPU_CATS, KinetoTrace, distinct, read_trace
 from infertop.errors import BadInputFile, UsageError
 from infertop.model.events import CollectorStatus, Event, Marker, OpWindow, StageRules, TargetInfo
@@ -137,22 +137,46 @@ class _Plan:
         self.pid = int(pids[int(np.argmax(counts))]) if len(pids) else None
         self.bounds = self._bounds()
         self.window_of = self._assign()
+        self.main_ops = self._main_ops(origin_us)
         self.step_time = self._step_times(origin_us)
 
-    def _step_times(self, origin_us: float) -> dict[tuple[int, int], list[float]]:
-        """op_time of each ProfilerStep#N window on the op thread, the way the trace report
-        measures time outside ops (trace_ops.time_outside_ops): top-level ops clipped to it."""
+    def _main_ops(self, origin_us: float) -> tuple[int, np.ndarray, np.ndarray, np.ndarray] | None:
+        """The op thread's top-level ops, as trace_ops.time_outside_ops picks them: (thread,
+        starts µs, ends µs, starts in relative ns), by start; None without CPU ops."""
         t = self.trace
-        if not self.steps or not (t.cat == CAT["cpu_op"]).any():
-            return {}
+        if not (t.cat == CAT["cpu_op"]).any():
+            return None
         nest = cpu_nesting(t)
         top = nest.idx[nest.depth == 0]
         tids, inverse = np.unique(t.tid[top], return_inverse=True)
         main = tids[np.argmax(np.bincount(inverse, weights=t.dur[top]))]
         top = top[t.tid[top] == main]
+        top = top[np.argsort(t.ts[top], kind="stable")]
         starts, ends = t.ts[top], t.ts[top] + t.dur[top]
+        return int(main), starts, ends, np.rint((starts - origin_us) * 1000).astype(np.int64)
+
+    def stretch_time(self, a: int, b: int) -> list[float] | None:
+        """op_time of window [a, b) (relative ns) without steps, as the trace report measures
+        it: the op thread's top-level ops that start in it, in stretches of model work."""
+        if self.main_ops is None:
+            return None
+        _, starts, ends, rel = self.main_ops
+        lo, hi = np.searchsorted(rel, [a, b])
+        if hi <= lo:
+            return None
+        s, e = starts[lo:hi], ends[lo:hi]
+        wall = sum(y - x for x, y in stretches(s, e))
+        in_ops = float((e - s).sum())
+        return [int(hi - lo), min(in_ops, wall), wall]
+
+    def _step_times(self, origin_us: float) -> dict[tuple[int, int], list[float]]:
+        """op_time of each ProfilerStep#N window on the op thread, the way the trace report
+        measures time outside ops (trace_ops.time_outside_ops): top-level ops clipped to it."""
+        if not self.steps or self.main_ops is None:
+            return {}
+        main, starts, ends, _ = self.main_ops
         out = {}
-        for s in steps(t):
+        for s in steps(self.trace):
             if s.tid != main:
                 continue
             a = int(np.rint((s.ts - origin_us) * 1000))
@@ -276,10 +300,9 @@ def _windows(plan: _Plan, say: Progress) -> list[OpWindow]:
         body = reduce_events(per[w], t_start, t_end, device_profiled=device)
         # an annotation is listed once, in the window it starts in
         ann = [r for r in body["annotations"] if t_start <= r[2] < t_end]
-        o = body.get("op_time")
-        op_time = None if o is None else [o["ops"], o["in_ops_us"], o["wall_us"]]
-        if plan.steps:  # as the trace report reads it: each step on the op thread is a forward
-            op_time = plan.step_time.get((a, b))
+        # time outside ops as the trace report measures it (not the agent's live op_time, which
+        # also allows for a sampler stopping the thread): per step, else per stretch
+        op_time = plan.step_time.get((a, b)) if plan.steps else plan.stretch_time(a, b)
         fields = [t_start, t_end, "kineto", len(own), False, body["paths"], body["kernels"],
                   body["memcpy"], body["syncs"], ann, activity, op_time]  # fmt: skip
         out.append(decode_op_window(fields))

@@ -168,7 +168,11 @@ def test_missing_trace_and_unwritable_output(tmp_path: Path) -> None:
     assert p.returncode == 2 and "cannot write" in p.stderr and "Traceback" not in p.stderr
 
 
-@pytest.mark.parametrize("name", ["a100_80gb_rank0", "a100_sampled_rank0", "v100_training_rank0", "cpu_only_rank34"])
+@pytest.mark.parametrize(
+    "name",
+    ["a100_80gb_rank0", "a100_sampled_rank0", "v100_training_rank0", "cpu_only_rank34",
+     "a100_alexnet_pageable_memcpy"],
+)
 def test_the_recording_raises_the_traces_findings(name: str, tmp_path: Path) -> None:
     """Windows keep copies as per-kind totals, not one size per copy: memcpy-small, which
     needs the sizes' spread, is the one rule a recording cannot judge as the trace does."""
