@@ -43,13 +43,19 @@ def stage_shares(
     rate_hz: float,
     spans: Iterable[StageSpan] = (),
     duration_s: float = 0.0,
+    durations_ms: dict[str, list[float]] | None = None,
 ) -> list[StageShare]:
-    """Shares in pipeline order (known stages first, then user stages by size)."""
+    """Shares in pipeline order (known stages first, then user stages by size). Call latencies
+    come from ``spans``, or from ``durations_ms`` (ms by stage, as ``Session.span_durations``
+    keeps them) instead."""
     active = sum(n for s, n in counts.items() if s != IDLE)
     everything = active + counts.get(IDLE, 0)
     by_stage: dict[str, list[float]] = {}
-    for sp in spans:
-        by_stage.setdefault(sp.stage, []).append((sp.t_end - sp.t_start) * 1000.0)
+    if durations_ms is not None:  # read only: they are the session's own lists
+        by_stage = {stage: ms for stage, ms in durations_ms.items() if ms}
+    else:
+        for sp in spans:
+            by_stage.setdefault(sp.stage, []).append((sp.t_end - sp.t_start) * 1000.0)
     names = [s for s in STAGES if counts.get(s) or s in by_stage]
     names += sorted(
         (s for s in set(counts) | set(by_stage) if s not in STAGES and (counts.get(s) or s in by_stage)),

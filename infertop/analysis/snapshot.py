@@ -140,9 +140,10 @@ def build_snapshot(
     acc = accumulator or StackAccumulator()
     stack_counts = acc.upto(session, len(windows))
     frames_of = session.symbols.stack_frames
-    span_list = session.spans_between(None, t)
     duration = max(0.0, t_now - session.t_first)
-    totals = stage_shares(_sum_stage_counts(windows), rate, span_list, duration)
+    durations_ms = session.span_durations(t)  # every span so far, kept sorted by the session
+    span_list = session.spans_between(None, t) if durations_ms is None else []
+    totals = stage_shares(_sum_stage_counts(windows), rate, span_list, duration, durations_ms)
     recent_windows = [w for w in windows if w.window.t_end > t_now - recent_s]
     recent = stage_shares(
         _sum_stage_counts(recent_windows),

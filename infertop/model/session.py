@@ -57,6 +57,11 @@ class Session:
     _window_ends: list[float] = field(default_factory=list)
     _op_ends: list[float] = field(default_factory=list)
     _alloc_ts: list[float] = field(default_factory=list)
+    #: every span's duration (ms) by stage, for the session's latency percentiles without
+    #: re-reading every span at each snapshot; sorted when read (timsort: a sorted run + the new)
+    _span_ms: dict[str, list[float]] = field(default_factory=dict)
+    _span_ms_sorted: bool = True
+    _span_last_end: float = float("-inf")
 
     # -- building ---------------------------------------------------------------------------
     def intern(self, raw: object) -> list[Event]:
@@ -104,6 +109,9 @@ class Session:
             self.statuses[ev.collector] = ev
         elif isinstance(ev, StageSpan):
             self.spans.append(ev)
+            self._span_ms.setdefault(ev.stage, []).append((ev.t_end - ev.t_start) * 1000.0)
+            self._span_ms_sorted = False
+            self._span_last_end = max(self._span_last_end, ev.t_end)
         elif isinstance(ev, OpWindow):
             i = bisect.bisect_right(self._op_ends, ev.t_end)
             self._op_ends.insert(i, ev.t_end)
@@ -194,6 +202,18 @@ class Session:
     def gpu_upto(self, t: float | None) -> list[GpuReading]:
         """NVML readings taken at or before ``t`` (None: all of them), oldest first."""
         return self.gpu if t is None else self.gpu[: bisect.bisect_right(self._gpu_ts, t)]
+
+    def span_durations(self, t: float | None) -> dict[str, list[float]] | None:
+        """Durations (ms) of the spans ending by ``t``, by stage, each list sorted — when that is
+        every span (live, and replay at its playhead); None otherwise (use ``spans_between``).
+        The lists are the session's own: read them, do not change them."""
+        if t is not None and self._span_last_end > t:
+            return None
+        if not self._span_ms_sorted:
+            for durations in self._span_ms.values():
+                durations.sort()
+            self._span_ms_sorted = True
+        return self._span_ms
 
     def spans_between(self, t0: float | None, t1: float | None) -> list[StageSpan]:
         return [
