@@ -450,11 +450,11 @@ def reduce_events(events, t_start, t_end, device_profiled=None):
         "syncs": syncs,
         "annotations": annots,
         "gpu": gpu_busy(intervals, t_start, t_end) if intervals else None,
-        "op_time": op_time(tops_by_tid),
+        "op_time": op_time(tops_by_tid, stops=not device_profiled),
     }
 
 
-def op_time(tops_by_tid, gap_ns=OP_GAP_NS):
+def op_time(tops_by_tid, gap_ns=OP_GAP_NS, stops=True):
     """Time inside and outside torch ops on the thread that runs the most op time: its
     top-level ops (start_ns, end_ns, name), grouped into stretches of model work (ops less
     than ``gap_ns`` apart). ``wall_us`` is the stretches' length, ``in_ops_us`` the part under
@@ -463,7 +463,11 @@ def op_time(tops_by_tid, gap_ns=OP_GAP_NS):
     A thread stopped for a while (a sampler's ptrace stop, preemption on a busy host) makes
     either a long gap, which ends a stretch, or a long op: to keep the two alike, an op that
     lasts ``gap_ns`` or more and over 20 times its name's median counts at that median, and
-    the excess leaves the stretch too. None without CPU ops."""
+    the excess leaves the stretch too. Not for copies and syncs (``COPY_OPS``: they wait for
+    the device or for memory, and their waits vary by design), and not at all with ``stops``
+    false: where a device is profiled a long CPU op is a wait for it (a full launch queue, an
+    allocation), and taking it out would make a GPU-bound loop look like Python overhead.
+    None without CPU ops."""
     best = None
     best_in = -1
     for tid, tops in tops_by_tid.items():
@@ -478,7 +482,7 @@ def op_time(tops_by_tid, gap_ns=OP_GAP_NS):
         durations.setdefault(name, []).append(e - s)
     typical = {}
     for name, ds in durations.items():
-        if max(ds) >= gap_ns:  # only names with a long call need their median
+        if stops and name not in COPY_OPS and max(ds) >= gap_ns:  # names with a long call
             ds.sort()
             typical[name] = ds[len(ds) // 2]
     stopped = 0

@@ -124,3 +124,25 @@ def test_op_time_does_not_count_a_stopped_thread_as_op_time() -> None:
     # a name whose calls are all long is real work, not a stop
     slow = [ev("aten::mm", 1, i * 5002.0, 5000.0) for i in range(10)]
     assert PL.reduce_events(slow, 0.0, 0.1)["op_time"]["in_ops_us"] == pytest.approx(50_000.0)
+
+
+def test_op_time_keeps_device_waits_as_op_time() -> None:
+    """A GPU-bound loop: 1 ms of launches, then ``aten::item`` waits 20 ms for the device. The
+    wait is op time (the thread waits inside torch), so the loop is not Python overhead; and
+    where a device is profiled no long op is taken for a stopped thread."""
+    events, t = [], 0.0
+    for _step in range(20):
+        for _ in range(10):
+            events.append(ev("aten::mm", 1, t, 70.0))
+            t += 100.0
+        events.append(ev("aten::item", 1, t, 5.0 if _step % 4 else 20_000.0))
+        t += 20_010.0
+    got = PL.reduce_events(events, 0.0, 1.0, device_profiled=False)["op_time"]
+    assert got["in_ops_us"] >= 5 * 20_000.0  # the waits are inside ops
+    on_gpu, t = [], 0.0
+    for i in range(50):
+        dur = 900.0 if i % 10 else 30_000.0
+        on_gpu.append(ev("aten::mm", 1, t, dur))
+        t += dur + 100.0
+    got = PL.reduce_events(on_gpu, 0.0, 1.0, device_profiled=True)["op_time"]
+    assert got["in_ops_us"] == pytest.approx(45 * 900.0 + 5 * 30_000.0)
