@@ -1,18 +1,18 @@
 """What the in-process agent costs the target, beside no profiling and continuous torch.profiler.
 
-One run, several modes, each on a fresh process of the same sample, in rotating order per round
-(so slow drifts of the machine spread over all modes):
+One run, several modes, in rotating order per round. Each phase starts two fresh processes of
+the same sample side by side, the one under test and a plain twin, and measures both request
+rates over the same seconds: the machine's swings hit both alike, and the ratio is the cost.
 
-- ``none``        the sample alone;
-- ``agent``       the agent injected into it (``infertop.agent.inject``), profiling at the
-                  defaults infertop uses (a 0.25 s torch.profiler window every 10 s), no py-spy;
-- ``infertop``    ``infertop record PID --inject``: py-spy at 100 Hz and the agent, as a user runs it;
+- ``none``        nothing attached (the ratio of two plain twins: the noise floor);
+- ``agent``       the agent injected (``infertop.agent.inject``), profiling at infertop's
+                  defaults (a 0.25 s torch.profiler window every 10 s), no py-spy;
+- ``infertop``    ``infertop record PID`` as a user runs it: py-spy at 100 Hz and the agent;
 - ``continuous``  one ``torch.profiler.profile()`` held around the whole run
                   (tests/bench/profiled_launch.py), CPU ops on all threads.
 
-Each phase waits for the sample to serve, then measures its request rate over ``--phase``
-seconds (several agent windows: its cost comes in bursts). Prints req/s per mode and the ratio
-to ``none``.
+The phase starts once both serve, and is long enough for several agent windows (its cost
+comes in bursts).
 
     python tests/bench/bench_agent.py [--rounds 2] [--phase 30] [--sample textgen_service]
 """
@@ -83,43 +83,64 @@ class AgentSession:
         self.sock.close()
 
 
-def phase(mode: str, sample: str, seconds: float, tmp: str, i: int) -> float:
-    truth = os.path.join(tmp, f"{mode}-{i}.json")
+def wait_serving(truth: str) -> None:
+    deadline = time.time() + 60
+    while time.time() < deadline:  # serving (every thread up, torch imported)
+        try:
+            if read_requests(truth)[1] >= 5:
+                return
+        except RuntimeError:
+            pass
+        time.sleep(0.2)
+
+
+def rates_over(paths: list[str], seconds: float) -> list[float]:
+    """Request rates of several samples over the same interval."""
+    before = [read_requests(p) for p in paths]
+    time.sleep(seconds)
+    after = [read_requests(p) for p in paths]
+    return [(r1 - r0) / (t1 - t0) for (t0, r0), (t1, r1) in zip(before, after)]
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def phase(mode: str, sample: str, seconds: float, tmp: str, i: int) -> tuple[float, float]:
+    """(rate of the sample in ``mode``, rate of a plain twin run beside it over the same time)."""
+    truth, twin_truth = (os.path.join(tmp, f"{mode}-{i}{x}.json") for x in ("", "-twin"))
     proc = start_sample(mode, sample, truth)
+    twin = start_sample("none", sample, twin_truth)
     extra = None
     try:
-        deadline = time.time() + 60
-        while time.time() < deadline:  # serving (every thread up, torch imported)
-            try:
-                if read_requests(truth)[1] >= 5:
-                    break
-            except RuntimeError:
-                pass
-            time.sleep(0.2)
+        wait_serving(truth)
+        wait_serving(twin_truth)
         time.sleep(2)
         if mode == "agent":
             extra = AgentSession(proc.pid)
         elif mode == "infertop":
             extra = subprocess.Popen(
-                [sys.executable, "-m", "infertop", "record", str(proc.pid), "--inject",
+                [sys.executable, "-m", "infertop", "record", str(proc.pid),
                  "-o", os.path.join(tmp, f"r{i}.infertop"), "--duration", str(seconds + 10)],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             )  # fmt: skip
         if extra is not None:
             time.sleep(3)  # attached and the first window past
-        return throughput_over(truth, seconds)
+        rate, twin_rate = rates_over([truth, twin_truth], seconds)
+        return rate, twin_rate
     finally:
         if isinstance(extra, subprocess.Popen):
             extra.terminate()
             extra.wait(timeout=30)
         elif extra is not None:
             extra.close()
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
+        stop(twin)
 
 
 def main() -> None:
@@ -135,17 +156,17 @@ def main() -> None:
     for r in range(args.rounds):
         order = modes[r % len(modes):] + modes[: r % len(modes)]
         for mode in order:
-            rate = phase(mode, args.sample, args.phase, tmp, r)
-            results[mode].append(rate)
-            print(f"round {r + 1} {mode:10s} {rate:8.2f} req/s", flush=True)
-    base = statistics.median(results["none"]) if results.get("none") else None
+            rate, twin = phase(mode, args.sample, args.phase, tmp, r)
+            results[mode].append(rate / twin)
+            print(f"round {r + 1} {mode:10s} {rate:8.2f} req/s  twin {twin:8.2f} req/s  "
+                  f"ratio {rate / twin:.3f}", flush=True)
     print(f"\nsample: {args.sample}  rounds: {args.rounds}  phase: {args.phase:g} s  "
           f"agent: {AgentConfig().window_s:g} s window every {AgentConfig().period_s:g} s")
+    print("ratio: throughput of the sample in that mode / a plain twin's over the same seconds "
+          "(none: two plain twins, the noise floor)")
     for mode in modes:
-        med = statistics.median(results[mode])
-        ratio = f"{med / base:.3f} of none" if base else ""
-        runs = ", ".join(f"{x:.1f}" for x in results[mode])
-        print(f"{mode:10s} median {med:8.2f} req/s  {ratio:16s} (runs: {runs})")
+        runs = ", ".join(f"{x:.3f}" for x in results[mode])
+        print(f"{mode:10s} median ratio {statistics.median(results[mode]):.3f}  (runs: {runs})")
 
 
 if __name__ == "__main__":
