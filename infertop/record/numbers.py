@@ -10,8 +10,9 @@ from typing import Any
 
 #: |x| of any number (times in unix s, durations in µs, utilisations, watts): 1e15 µs is 31 years
 MAX_NUMBER = 1e15
-#: |n| of any integer (ids, counts, bytes): exact in a float and in numpy's int64
-MAX_INTEGER = 2**53
+#: any integer (ids, counts, bytes) fits a signed 64-bit one: what numpy and traces carry
+#: (Kineto's thread ids can be pthread handles or 64-bit hashes)
+MIN_INTEGER, MAX_INTEGER = -(2**63), 2**63 - 1
 
 
 def bounded_float(x: float) -> float:
@@ -21,7 +22,7 @@ def bounded_float(x: float) -> float:
 
 
 def bounded_int(n: int) -> int:
-    if not -MAX_INTEGER <= n <= MAX_INTEGER:
+    if not MIN_INTEGER <= n <= MAX_INTEGER:
         raise ValueError(f"integer out of range: {n!r}")
     return n
 

@@ -346,3 +346,28 @@ def test_report_and_export_of_a_mutated_recording_through_the_cli(tmp_path, seed
             if args[0] == "report":
                 json.loads(p.stdout)
                 assert "NaN" not in p.stdout and "Infinity" not in p.stdout  # json.loads takes them
+
+
+def test_a_trace_with_64_bit_thread_ids_imports_and_reads_back(tmp_path) -> None:
+    """Kineto thread and process ids can be 64-bit values: they stay within the numbers a
+    recording holds, so `import` writes them and every reader takes them."""
+    from infertop.record.import_kineto import import_trace
+
+    big = 2**62 + 12345
+    events = []
+    for k in range(20):
+        ts = 1000.0 + 100 * k
+        events += [
+            {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{k}", "ts": ts,
+             "dur": 90, "pid": big, "tid": big},
+            {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": ts + 1, "dur": 50,
+             "pid": big, "tid": big},
+        ]  # fmt: skip
+    trace = tmp_path / "big_tids.json"
+    trace.write_text(json.dumps({"traceEvents": events}))
+    out = tmp_path / "big.infertop"
+    import_trace(str(trace), str(out), lambda _text: None)
+    rec = read_recording(str(out))
+    assert rec.warning is None
+    assert any(a.tid == big for w in rec.events for a in getattr(w, "annotations", ()))
+    _everything_a_user_can_do_with(str(out), str(tmp_path))
