@@ -84,8 +84,31 @@ def test_injected_agent_brings_torch_ops_and_leaves_nothing(tmp_path, sample: st
     assert aten, (rep["ops"][:5], agent_statuses(out))
     assert rep["profiler"]["windows"] >= 1
     assert all(o.get("stage") == "forward" for o in aten[:5])
+    # the findings a user gets on each sample, live (docs/findings.md)
+    rules = {f["rule"] for f in rep["findings"]}
     if sample == "copy_heavy":
-        assert "copy-heavy" in {f["rule"] for f in rep["findings"]}
+        assert "copy-heavy" in rules, rep["findings"]
+    elif sample == "python_loop":
+        assert rules & {"python-overhead", "tiny-ops"}, rep["findings"]
+    else:  # a healthy service: none of the op rules
+        assert not rules & {"copy-heavy", "python-overhead", "tiny-ops"}, rep["findings"]
+
+
+def test_slow_tokenizer_raises_preprocess_hot_and_a_plain_service_does_not(tmp_path) -> None:
+    """At default settings (the agent on), the text-generation sample with its tokenizer made
+    slow on purpose gets ``preprocess-hot``; the same service as shipped does not."""
+    found = {}
+    for flag in ("--slow-tokenizer", None):
+        target = start_target(["-m", "samples.textgen_service", *([flag] if flag else [])])
+        try:
+            time.sleep(3)  # serving
+            out = str(tmp_path / f"{bool(flag)}.infertop")
+            assert infertop("record", str(target.pid), "-o", out, "--duration", "12").returncode == 0
+        finally:
+            stop_target(target)
+        found[flag] = {f["rule"]: f for f in report_json(out)["findings"]}
+    assert "preprocess-hot" in found["--slow-tokenizer"], found["--slow-tokenizer"]
+    assert "preprocess-hot" not in found[None], found[None]
 
 
 def test_no_inject_is_py_spy_only_and_says_so(tmp_path) -> None:
