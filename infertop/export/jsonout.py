@@ -42,7 +42,11 @@ class JsonStream:
 
     def write(self, data: bytes) -> None:
         self.bytes_in += len(data)
-        self.fh.write(data)
+        try:
+            self.fh.write(data)
+        except OSError as exc:  # disk full: one message, and no half-written file left
+            self.abort()
+            raise UsageError(f"cannot write {self.path}: {exc.strerror or exc}") from None
 
     def value(self, obj: Any) -> bytes:
         return _encode(obj)
@@ -59,12 +63,12 @@ class JsonStream:
             raise UsageError(f"cannot write {self.path}: {exc.strerror}") from None
 
     def abort(self) -> None:
-        try:
-            if self.fh is not self._raw:
-                self.fh.close()
-            self._raw.close()
-        except OSError:
-            pass
+        """Close and remove the temporary file; safe to call again, and on a full disk."""
+        for f in (self.fh, self._raw):  # gzip first: it writes its trailer into the raw file
+            try:
+                f.close()
+            except (OSError, ValueError):  # disk full, or closed already
+                pass
         try:
             os.unlink(self._tmp)
         except OSError:

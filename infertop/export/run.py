@@ -20,6 +20,11 @@ def export(path: str, fmt: str, out: str, config: Config | None = None) -> Expor
         raise UsageError("the output would overwrite the input", "give another -o OUT")
     if os.path.isdir(out):
         raise UsageError(f"{out} is a directory", "give a file name: -o OUT.json or OUT.json.gz")
+    if os.path.exists(out) and not os.path.isfile(out):  # the export replaces OUT when done
+        raise UsageError(
+            f"{out} is not a regular file (a device, pipe or socket would be replaced)",
+            "give a file name: -o OUT.json or OUT.json.gz",
+        )
     trace = is_trace_path(path)
     if trace and os.path.isdir(path):
         raise UsageError(

@@ -22,7 +22,12 @@ class RecordingWriter:
             raise UsageError(f"cannot write recording {path}: {exc.strerror}") from None
         self.bytes_written = 0
         self.failed: str | None = None
-        self._write(HEADER.pack(MAGIC, MAJOR, MINOR))
+        try:
+            self._write(HEADER.pack(MAGIC, MAJOR, MINOR))
+        except OSError as exc:  # a full disk from the start
+            os.close(self._fd)
+            self._fd = -1
+            raise UsageError(f"cannot write recording {path}: {exc.strerror or exc}") from None
 
     def _write(self, data: bytes) -> None:
         view = memoryview(data)
