@@ -146,3 +146,30 @@ def test_infertop_killed_while_injection_waits_for_a_safe_point(targets, tmp_pat
     assert wait_until(lambda: _no_pyspy_on(target.pid), 10)
     out, err = target.stop()
     assert target.proc.returncode == 0 and out == "" and err == ""
+
+
+def test_infertop_stopped_with_sigterm_while_injection_waits(targets, tmp_path):
+    """SIGTERM (as from a service manager, or Ctrl-C) is not SIGKILL: `record` winds down in
+    order — it waits for the injection in progress to give up, leaves nothing behind, writes
+    its recording and exits 0 — and the target, once back from its long C call, is unharmed."""
+    target = targets(args=("--workers", "0", "--block-main", "12"))
+    out = tmp_path / "term.infertop"
+    rec = _record(target.pid, str(out))
+    try:
+        assert wait_until(lambda: waiting_for_safe_point(target.pid), 30)
+        rec.send_signal(signal.SIGTERM)
+        _, err = rec.communicate(timeout=30)
+    finally:
+        if rec.poll() is None:
+            rec.kill()
+    assert rec.returncode == 0, err
+    assert "Traceback" not in err and "(interrupted)" in err, err
+    assert boot_files(target.pid) == []
+    assert wait_until(lambda: target.read_status()["main"] > 100, 30)  # the main loop runs
+    time.sleep(1.0)
+    assert not os.path.exists(P.socket_path(target.pid, os.geteuid()))
+    from infertop.record.reader import read_recording
+
+    assert read_recording(str(out)).warning is None
+    out_text, err = target.stop()
+    assert target.proc.returncode == 0 and out_text == "" and err == ""
