@@ -218,6 +218,8 @@ def load_config(path: str | None) -> Config:
             patterns = [patterns]
         if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns):
             raise UsageError(f"{path}: stages.{name} must be a pattern or a list of patterns")
+        if "=" in name:  # NAME=PATTERN would split at it: another stage, silently
+            raise UsageError(f"{path}: bad stage name {name!r}", "use letters, digits, '_', '-'")
         rules.extend(parse_stage_arg(f"{name}={p}") for p in patterns)
     findings = FindingThresholds()
     raw_findings = data.get("findings", {})

@@ -301,6 +301,8 @@ def test_configs_load_or_are_one_usage_error(entries: list, noise: str) -> None:
     finally:
         os.unlink(fh.name)
     assert 0 < cfg.collect.rate_hz < float("inf") and 0 < cfg.collect.window_s < float("inf")
+    written = {key for section, key, _ in entries if section == "stages"}
+    assert {stage for stage, _ in cfg.stage_rules} <= written  # a stage is named as written
     for name in cfg.findings.__dataclass_fields__:
         value = getattr(cfg.findings, name)
         assert 0 < value < float("inf"), (name, value)
