@@ -458,6 +458,47 @@ def _via_remote_exec(pid: int, boot_file: str, inner_boot: str) -> InjectResult:
 
 
 def _via_ptrace(pid: int, info: PythonInfo, inner_boot: str) -> InjectResult:
+    """The ptrace session runs in a short-lived process of its own session: while it holds the
+    target's main thread inside a call, only it can put the registers back, so it must outlive
+    infertop being killed (SIGKILL, the OOM killer, a closed terminal). Killed mid-call, the
+    thread would return to address 0 and the target die."""
+    import json
+
+    pkg_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (pkg_parent, os.environ.get("PYTHONPATH")) if p))
+    request = json.dumps({"pid": pid, "info": [list(info.version), info.lib_path, info.shared], "boot": inner_boot})
+    try:
+        out = subprocess.run(
+            [sys.executable, "-m", "infertop.agent.inject", "--ptrace-session"],
+            input=request, capture_output=True, text=True, timeout=30, env=env,
+            start_new_session=True,
+        )  # fmt: skip
+        fields = json.loads(out.stdout.strip().splitlines()[-1])
+        return InjectResult(**fields)
+    except subprocess.TimeoutExpired:
+        return InjectResult(False, kind=FAILED, reason="the ptrace helper did not finish in 30 s", method="ptrace")
+    except (OSError, ValueError, IndexError, TypeError) as exc:
+        return InjectResult(False, kind=FAILED, reason="the ptrace helper failed: %s" % (exc,), method="ptrace")
+
+
+def _ptrace_session_main() -> int:
+    """``python -m infertop.agent.inject --ptrace-session``: one request on stdin, the result
+    as one JSON line on stdout."""
+    import dataclasses
+    import json
+
+    req = json.loads(sys.stdin.read())
+    version, lib_path, shared = req["info"]
+    info = PythonInfo(tuple(version), lib_path, bool(shared))  # type: ignore[arg-type]
+    try:
+        result = _ptrace_session(int(req["pid"]), info, req["boot"])
+    except Exception as exc:  # never a traceback on the wire
+        result = InjectResult(False, kind=FAILED, reason="ptrace injection failed: %r" % (exc,), method="ptrace")
+    print(json.dumps(dataclasses.asdict(result)))
+    return 0
+
+
+def _ptrace_session(pid: int, info: PythonInfo, inner_boot: str) -> InjectResult:
     from infertop.agent import _ptrace
 
     why = _ptrace.supported()
@@ -660,3 +701,7 @@ def _resume_if_stopped(pid: int) -> None:
             os.kill(pid, 18)  # SIGCONT
     except (OSError, IndexError):
         pass
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--ptrace-session"]:
+    sys.exit(_ptrace_session_main())
