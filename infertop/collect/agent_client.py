@@ -23,6 +23,7 @@ from typing import Any
 from infertop.collect.base import drain
 from infertop.model.events import CollectorStatus, Event, OpWindow, StageSpan, TargetInfo
 from infertop.record.format import decode_allocator, decode_op_window
+from infertop.record.numbers import real, whole
 
 PROTOCOL = 1
 MAX_FRAME = 16 * 1024 * 1024
@@ -159,7 +160,8 @@ def convert(msg: dict[str, Any]) -> list[Event]:
         spans = msg["spans"]
         if not isinstance(spans, list):
             raise ValueError("spans is not a list")
-        return [StageSpan(int(r[0]), str(r[1]), float(r[2]), float(r[3])) for r in spans]
+        # bounded like a recording's numbers: a span the reader would call damage never gets in
+        return [StageSpan(whole(r[0]), str(r[1]), real(r[2]), real(r[3])) for r in spans]
     if kind == "allocator":
         keys = ("t", "device", "allocated", "reserved", "peak_allocated", "alloc_retries", "ooms")
         return [decode_allocator([msg[k] for k in keys])]

@@ -17,7 +17,7 @@ class RecordingWriter:
     def __init__(self, path: str) -> None:
         self.path = path
         try:
-            self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # it holds the command line
         except OSError as exc:
             raise UsageError(f"cannot write recording {path}: {exc.strerror}") from None
         self.bytes_written = 0
