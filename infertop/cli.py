@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import signal
@@ -489,6 +490,17 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+def _drop_stdout() -> None:
+    """After a failed write to stdout: point it at /dev/null so that the interpreter's final
+    flush of what is still buffered does not fail a second time at exit."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(next((w for w in words if not w.startswith("-")), None))
@@ -499,7 +511,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGHUP):  # close recordings and children on the way out
         signal.signal(sig, _interrupt)
     try:
-        return COMMANDS[args.command](args)
+        rc = COMMANDS[args.command](args)
+        sys.stdout.flush()  # a full disk behind a redirect shows here, not after we return
+        return rc
     except InfertopError as exc:
         if args.debug:
             raise
@@ -512,6 +526,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # a bug: one line, not a traceback, unless --debug
         if args.debug:
             raise
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO):
+            _drop_stdout()  # not a bug: the output has nowhere to go
+            print(f"infertop: cannot write the output: {exc.strerror}", file=sys.stderr)
+            return EXIT_USAGE
         print(
             f"infertop: internal error: {type(exc).__name__}: {exc} (run with --debug for details)",
             file=sys.stderr,

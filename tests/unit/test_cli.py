@@ -188,3 +188,17 @@ def test_pyspy_that_fails_is_reported_not_a_traceback(tmp_path) -> None:
         capture_output=True, text=True, timeout=60, env=env, stdin=subprocess.DEVNULL,
     )  # fmt: skip
     assert_one_clear_error(p, 3, "permission denied", "CAP_SYS_PTRACE")
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full here")
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_report_into_a_full_disk_is_one_line(repo_root, fmt: str) -> None:
+    """``infertop report X > file`` on a full disk: one line and exit 2, not an internal error."""
+    trace = repo_root.parent / "shared" / "traces" / "a100_alexnet_pageable_memcpy.json.gz"
+    if not trace.exists():
+        pytest.skip("shared traces are not beside this checkout")
+    with open("/dev/full", "w") as full:
+        p = subprocess.run(INFERTOP + ["report", str(trace), "--format", fmt], stdout=full,
+                           stderr=subprocess.PIPE, text=True, timeout=120)  # fmt: skip
+    assert_one_clear_error(p, 2, "cannot write the output", "No space left")
+    assert len(p.stderr.strip().splitlines()) == 1
