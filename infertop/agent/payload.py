@@ -85,6 +85,7 @@ MAX_SPANS_BUFFERED = 50000
 #: samples: Python between ops is 1-60 us, tokenizer / JSON / queue gaps are milliseconds)
 OP_GAP_NS = 1000000
 SPAN_FLUSH_S = 0.5
+MAX_STAGE_FUNCTIONS = 1000  # functions the stage rules may have timed (sys.monitoring)
 ALLOCATOR_EVERY_S = 1.0
 SEND_TIMEOUT_S = 5.0
 KINETO_QUIET_LEVEL = 6  # above every libkineto level (VERBOSE 0 ... USDT 5)
@@ -1496,6 +1497,15 @@ class _Agent:
         self.config = new
         if patterns is not None:
             codes = find_stage_codes(patterns) if _Monitor.available() else {}
+            if len(codes) > MAX_STAGE_FUNCTIONS:
+                # a pattern such as "*" would time every call in the target
+                self._status_once(
+                    "monitoring",
+                    "off",
+                    "stage rules match %d functions (more than %d): not timing them; "
+                    "make the patterns narrower" % (len(codes), MAX_STAGE_FUNCTIONS),
+                )
+                codes = {}
             was_running = self.monitor is not None
             if was_running:
                 self._stop_monitor()

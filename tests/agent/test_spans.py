@@ -65,6 +65,10 @@ def test_monitoring_spans_on_312_and_cleanup(targets):
     hello, spans, _ = session(target.pid, [["preprocess", "*spans_target.py:Server.handle"]])
     assert {s[1] for s in spans} == {"preprocess", "serialize"}
     assert wait_until(lambda: target.read_status()["tool"] is None, 3)
+    # a rule that matches everything ("*", a typo) would time every call: refused, said why
+    _, spans, statuses = session(target.pid, [["preprocess", "*"]])
+    assert {s[1] for s in spans} == {"serialize"}
+    assert any("make the patterns narrower" in s["message"] for s in statuses), statuses
     out, err = target.stop()
     assert out == "" and err == ""
 
