@@ -197,7 +197,21 @@ def _bootstrap(boot_file: str, address: str, size: int, free_how: str) -> str:
 
 
 def _write_boot_file(path: str, source: str, uid: int, gid: int) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    """Create the boot file inside the checked socket directory, and only there: the directory
+    is opened once without following a link and checked on that open handle, and the file is
+    created relative to it, so its owner (another user, when root injects) cannot swap the
+    directory for a link between the check and the write."""
+    import stat
+
+    dfd = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        st = os.fstat(dfd)
+        if st.st_uid != uid or stat.S_IMODE(st.st_mode) != 0o700:
+            raise OSError("%s changed under us (owner or mode)" % os.path.dirname(path))
+        fd = os.open(os.path.basename(path), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                     0o600, dir_fd=dfd)  # fmt: skip
+    finally:
+        os.close(dfd)
     try:
         os.write(fd, source.encode("utf-8"))
         if os.geteuid() != uid:

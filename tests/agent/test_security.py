@@ -127,3 +127,31 @@ def test_a_planted_socket_directory_stops_the_injection(targets, kind: str):
         shutil.rmtree(status_dir, ignore_errors=True)
     out, err = target.stop()
     assert out == "" and err == ""
+
+
+def test_boot_file_is_written_only_into_the_checked_directory(tmp_path):
+    """The boot file goes into the socket directory as checked: a directory swapped for a link
+    to elsewhere, or loosened, gets nothing written (root injecting for another user writes into
+    a directory that user owns)."""
+    import os
+
+    from infertop.agent.inject import _write_boot_file
+
+    real = tmp_path / "infertop-x"
+    real.mkdir(mode=0o700)
+    real.chmod(0o700)
+    uid, gid = os.geteuid(), os.getegid()
+    _write_boot_file(str(real / "boot-1.py"), "pass\n", uid, gid)
+    assert (real / "boot-1.py").read_text() == "pass\n"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    elsewhere.chmod(0o700)
+    swapped = tmp_path / "infertop-y"
+    swapped.symlink_to(elsewhere)
+    with pytest.raises(OSError):
+        _write_boot_file(str(swapped / "boot-2.py"), "pass\n", uid, gid)
+    assert list(elsewhere.iterdir()) == []
+    real.chmod(0o755)
+    with pytest.raises(OSError):
+        _write_boot_file(str(real / "boot-3.py"), "pass\n", uid, gid)
+    assert not (real / "boot-3.py").exists()
