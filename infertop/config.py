@@ -125,6 +125,7 @@ WAIT_FRAMES: tuple[str, ...] = (
     "*/subprocess.py:Popen._wait",
     "*/multiprocessing/connection.py:*.recv*",
     "*/multiprocessing/connection.py:wait",
+    "<infertop-agent>:_Agent._wait_for_io",  # the injected agent between its windows
 )
 
 

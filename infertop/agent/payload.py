@@ -1252,6 +1252,20 @@ class _Agent:
         finally:
             self._shutdown()
 
+    def _wait_for_io(self, timeout_ms):
+        """The agent thread's only wait: the fds that are ready. (A function of its own so that
+        a sampler can tell the agent waiting from the agent working: infertop counts this frame
+        as idle, config.WAIT_FRAMES.)"""
+        poller = select.poll()
+        poller.register(self.listener.fileno(), select.POLLIN)
+        if self.client is not None:
+            poller.register(self.client.fileno(), select.POLLIN)
+        try:
+            ready = poller.poll(timeout_ms)
+        except InterruptedError:
+            ready = []
+        return [fd for fd, _mask in ready]
+
     def _step(self):
         now = time.monotonic()
         wake = now + 0.5
@@ -1261,16 +1275,7 @@ class _Agent:
             wake = min(wake, self.next_window)
         if self.started:
             wake = min(wake, self.next_span_flush, self.next_allocator)
-        timeout_ms = max(0, int((wake - now) * 1000))
-        poller = select.poll()
-        poller.register(self.listener.fileno(), select.POLLIN)
-        if self.client is not None:
-            poller.register(self.client.fileno(), select.POLLIN)
-        try:
-            ready = poller.poll(timeout_ms)
-        except InterruptedError:
-            ready = []
-        fds = [fd for fd, _mask in ready]
+        fds = self._wait_for_io(max(0, int((wake - now) * 1000)))
         if self.client is not None and self.client.fileno() in fds:
             self._read_client()  # first: a client that just left makes room for the next
         if self.listener is not None and self.listener.fileno() in fds:

@@ -124,3 +124,14 @@ def test_a_batcher_waiting_on_its_queue_is_queue() -> None:
 def test_user_rules_can_claim_a_wait() -> None:
     client = [F("client_loop"), F("Event.wait", f"{PY}/threading.py")]
     assert stage(client, [parse_stage_arg("queue=client_loop")]) == "queue"
+
+
+def test_the_agent_waiting_is_idle_and_working_is_its_own_stage() -> None:
+    """The injected agent's thread sits in ``_wait_for_io`` between windows: idle, not a share
+    of the target's active time; stopping and reducing a window is the ``infertop`` stage."""
+    c = StageClassifier()
+    base = [F("_infertop_agent_thread", "<infertop-agent>"), F("_Agent._run", "<infertop-agent>")]
+    waiting = [*base, F("_Agent._step", "<infertop-agent>"), F("_Agent._wait_for_io", "<infertop-agent>")]
+    working = [*base, F("_Agent._step", "<infertop-agent>"), F("_Agent._end_window", "<infertop-agent>")]
+    assert c.classify(waiting)[0] == "idle"
+    assert c.classify(working)[0] == "infertop"
