@@ -82,6 +82,12 @@ def _add_collect_flags(p: argparse.ArgumentParser, defaults) -> None:  # type: i
     p.add_argument(
         "--record-shapes", action="store_true", help="agent: record input shapes (costs more)"
     )
+    p.add_argument(
+        "--children",
+        action="store_true",
+        help="also sample the target's child processes (and theirs), including ones that start "
+        "later; the agent stays on the target only",
+    )
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -198,7 +204,12 @@ def _collectors(target, args: argparse.Namespace, cfg):  # type: ignore[no-untyp
     from infertop.model.events import CollectorStatus
 
     collectors: list = [
-        PySpyCollector(target.pid, cfg.collect.rate_hz, cfg.collect.window_s),
+        PySpyCollector(
+            target.pid,
+            cfg.collect.rate_hz,
+            cfg.collect.window_s,
+            children=bool(getattr(args, "children", False)),
+        ),
         NvmlCollector(target.pid),  # no GPU or no driver: it only says why, and runs nothing
     ]
     statuses = []
@@ -403,6 +414,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from infertop.analysis.snapshot import build_snapshot
     from infertop.record.reader import read_recording
     from infertop.report.build import build_report
+    from infertop.report.processes import processes_section
     from infertop.report.text import render_markdown, render_text
     from infertop.sources import ReplaySource
 
@@ -412,6 +424,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     src = ReplaySource(rec, _config(args))
     snap = build_snapshot(src.session, t=src.t, notes=src.notes)
     rep = build_report(snap, "recording", args.file, _config(args).findings)
+    rep["processes"] = processes_section(src.session, src.t)  # None unless --children
     if args.format == "json":
         sys.stdout.write(json.dumps(rep, indent=2) + "\n")
     elif args.format == "markdown":

@@ -42,6 +42,7 @@ def record_headless(
                 f"recording pid {target.pid} → {path}: {elapsed:5.1f}"
                 + (f"/{duration:g}" if duration else "")
                 + f" s, {samples} samples, {_size(size)}"
+                + (f", {len(src.session.processes)} processes" if src.session.processes else "")
             )
             if tty:
                 sys.stderr.write("\r" + line + "   ")

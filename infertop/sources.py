@@ -107,7 +107,8 @@ class LiveSource:
         self.recorded.append(path)
         s = self.session
         prelude: list[Event] = [s.target, StageRules(self.config.stage_rules)]
-        prelude += [ThreadDef(tid, name) for tid, name in s.threads.items()]
+        prelude += list(s.processes.values())
+        prelude += [ThreadDef(t, name, s.thread_pid.get(t, 0)) for t, name in s.threads.items()]
         prelude += [FrameDef(i, f) for i, f in enumerate(s.symbols.frames)]
         prelude += [StackDef(i, st) for i, st in enumerate(s.symbols.stacks)]
         prelude += list(s.statuses.values())

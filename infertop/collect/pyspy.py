@@ -23,7 +23,8 @@ from dataclasses import dataclass
 
 from infertop.collect.target import classify_pyspy_failure, find_pyspy, pid_alive
 from infertop.collect.base import drain
-from infertop.model.events import CollectorStatus, Frame, TargetExited
+from infertop.collect.tree import gone, split_processes
+from infertop.model.events import CollectorStatus, Frame, Marker, TargetExited
 
 _THREAD_RE = re.compile(r"^thread \((0x[0-9a-fA-F]+|\d+)\)(?:: (.*))?$")
 _FRAME_RE = re.compile(r"^(.*?) \((.*?)(?::(\d+))?\)$")
@@ -45,6 +46,10 @@ class RawSampleWindow:
     errors: int = 0
     lag_s: float = 0.0
     threads: int = 0  # Python threads alive (from the latest ``py-spy dump``), 0 if unknown
+    #: with ``--children``: (thread id, pid) of the threads in ``counts``, and the processes
+    #: sampled, (pid, parent pid or 0, cmdline); empty when only the target is followed
+    thread_pids: tuple[tuple[int, int], ...] = ()
+    processes: tuple[tuple[int, int, str], ...] = ()
 
 
 def parse_frame(text: str) -> Frame:
@@ -118,8 +123,13 @@ class PySpyCollector:
 
     name = "py-spy"
 
-    def __init__(self, pid: int, rate_hz: float = 100.0, window_s: float = 1.0) -> None:
+    def __init__(
+        self, pid: int, rate_hz: float = 100.0, window_s: float = 1.0, children: bool = False
+    ) -> None:
         self.pid = pid
+        self.children = children  # also sample the target's descendants (py-spy --subprocesses)
+        self._procs: dict[int, tuple[int, str]] = {}  # descendants seen: pid -> (ppid, cmdline)
+        self._ended: set[int] = set()
         self.rate_hz = rate_hz
         self.window_s = window_s
         self._events: queue.SimpleQueue[object] = queue.SimpleQueue()
@@ -154,20 +164,34 @@ class PySpyCollector:
         if proc is not None and proc.poll() is None:
             proc.kill()
             proc.wait()
-            _resume_if_stopped(self.pid)
+            self._resume_all()
         self._tmpdir.cleanup()
+
+    def _resume_all(self) -> None:
+        _resume_if_stopped(self.pid)
+        for pid in self._live_children():
+            _resume_if_stopped(pid)
+
+    def _live_children(self) -> list[int]:
+        """Descendants sampled so far and not known to have exited (never a reused pid)."""
+        return [p for p in list(self._procs) if p != self.pid and p not in self._ended]
 
     # -- the sampling loop ----------------------------------------------------------------------
     def _status(self, state: str, message: str) -> None:
         self._events.put(CollectorStatus(time.time(), self.name, state, message))
 
     def _run(self) -> None:
-        self._status("running", f"{self.rate_hz:g} Hz, all threads")
+        self._status("running", f"{self.rate_hz:g} Hz, all threads" + (
+            f", pid {self.pid} and its child processes (agent: pid {self.pid} only)"
+            if self.children else ""))  # fmt: skip
         out_path = os.path.join(self._tmpdir.name, "window.txt")
         failures = 0
         n_window = 0
+        counted: list[int] = []
         while not self._stop.is_set():
-            if n_window % THREAD_REFRESH_WINDOWS == 0:
+            # with --children, also as soon as the processes followed change
+            if n_window % THREAD_REFRESH_WINDOWS == 0 or counted != self._live_children():
+                counted = self._live_children()
                 self._threads = self._count_threads() or self._threads
             n_window += 1
             ok, text = self._one_window(out_path)
@@ -186,13 +210,31 @@ class PySpyCollector:
                 self._stop.wait(0.5)
             else:
                 failures = 0
+                if self.children:
+                    self._note_exits()
         self._status("stopped", "detached")
 
+    def _note_exits(self) -> None:
+        """A child that died: one marker saying so; the others carry on."""
+        for pid in gone(self._live_children()):
+            self._ended.add(pid)
+            cmd = self._procs[pid][1]
+            self._events.put(Marker(
+                time.time(), f"process {pid} exited", {"pid": str(pid), "process": "exited",
+                                                        "cmdline": cmd[:200]}))  # fmt: skip
+
     def _count_threads(self) -> int:
-        """Python threads alive, idle ones included (``py-spy record`` omits those)."""
+        """Python threads alive, idle ones included (``py-spy record`` omits those); with
+        ``--children``, over every live process followed."""
+        if not self.children:
+            return self._count_threads_of(self.pid)
+        pids = [self.pid] + self._live_children()
+        return sum(self._count_threads_of(p) for p in pids)
+
+    def _count_threads_of(self, pid: int) -> int:
         try:
             proc = subprocess.run(
-                [self._pyspy, "dump", "--json", "--pid", str(self.pid)],
+                [self._pyspy, "dump", "--json", "--pid", str(pid)],
                 capture_output=True, text=True, timeout=10, stdin=subprocess.DEVNULL,
             )  # fmt: skip
             threads = json.loads(proc.stdout) if proc.returncode == 0 else []
@@ -213,7 +255,7 @@ class PySpyCollector:
             "--format", "raw", "--threads", "--full-filenames", "-o", out_path,
             # a safety net: py-spy ends by itself even if we vanish without a word
             "--duration", str(math.ceil(self.window_s) + 2),
-        ]  # fmt: skip
+        ] + (["--subprocesses"] if self.children else [])  # fmt: skip
         t_start = time.time()
         try:
             self._proc = proc = subprocess.Popen(
@@ -236,12 +278,19 @@ class PySpyCollector:
         except subprocess.TimeoutExpired:
             proc.kill()
             out, _ = proc.communicate()
-            _resume_if_stopped(self.pid)
+            self._resume_all()
         t_end = time.time()
         if proc.returncode != 0 or not os.path.exists(out_path):
             return False, out
         with open(out_path, encoding="utf-8", errors="replace") as fh:
-            rows, bad = parse_raw(fh.read())
+            text = fh.read()
+        thread_pids: dict[int, int] = {}
+        if self.children:
+            text, thread_pids, procs = split_processes(text)
+            for pid, (ppid, cmd) in procs.items():
+                if pid not in self._procs or (ppid and not self._procs[pid][0]):
+                    self._procs[pid] = (ppid, cmd)
+        rows, bad = parse_raw(text)
         m = _SUMMARY_RE.search(out)
         errors = int(m.group(2)) if m else 0
         lag = max((float(x) for x in _BEHIND_RE.findall(out)), default=0.0)
@@ -256,6 +305,8 @@ class PySpyCollector:
                 errors + bad,
                 lag,
                 self._threads,
+                tuple(thread_pids.items()),
+                tuple((p, pp, c) for p, (pp, c) in self._procs.items()) if self.children else (),
             )
         )
         return True, out

@@ -64,6 +64,16 @@ class StackDef:
 class ThreadDef:
     tid: int
     name: str
+    pid: int = 0  # the process it belongs to, with --children (1.3); 0: the target
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessDef:
+    """A process followed with ``--children`` (1.3): the target itself has ``ppid`` 0."""
+
+    pid: int
+    ppid: int
+    cmdline: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,6 +242,7 @@ Event = Union[
     FrameDef,
     StackDef,
     ThreadDef,
+    ProcessDef,
     SampleWindow,
     CollectorStatus,
     StageSpan,

@@ -18,6 +18,7 @@ from infertop.model.events import (
     FrameDef,
     Marker,
     OpWindow,
+    ProcessDef,
     SampleWindow,
     StackDef,
     StageSpan,
@@ -45,6 +46,9 @@ class Session:
     target: TargetInfo = field(default_factory=lambda: TargetInfo(pid=None))
     symbols: SymbolTable = field(default_factory=SymbolTable)
     threads: dict[int, str] = field(default_factory=dict)
+    #: with --children: the processes followed, and which process each thread belongs to
+    processes: dict[int, ProcessDef] = field(default_factory=dict)
+    thread_pid: dict[int, int] = field(default_factory=dict)
     windows: list[WindowSummary] = field(default_factory=list)
     spans: list[StageSpan] = field(default_factory=list)
     statuses: dict[str, CollectorStatus] = field(default_factory=dict)
@@ -72,10 +76,23 @@ class Session:
             return [raw]  # type: ignore[list-item]
         new: list[Event] = []
         counts: dict[tuple[int, int], int] = {}
+        for pid, ppid, cmdline in raw.processes:
+            known = self.processes.get(pid)
+            if known is None or known.ppid != ppid or known.cmdline != cmdline:
+                self.processes[pid] = ProcessDef(pid, ppid, cmdline)
+                new.append(self.processes[pid])
+        pids = dict(raw.thread_pids)
         for tid, name, frames, n in raw.counts:
-            if tid not in self.threads or (name and self.threads[tid] != name):
-                new.append(ThreadDef(tid, name))
+            pid = pids.get(tid, 0)
+            if (
+                tid not in self.threads
+                or (name and self.threads[tid] != name)
+                or (pid and self.thread_pid.get(tid) != pid)
+            ):
+                new.append(ThreadDef(tid, name, pid))
                 self.threads[tid] = name
+                if pid:
+                    self.thread_pid[tid] = pid
             fids = tuple(self.symbols.frame_id(f, new) for f in frames)  # type: ignore[arg-type]
             sid = self.symbols.stack_id(fids, new)  # type: ignore[arg-type]
             counts[(tid, sid)] = counts.get((tid, sid), 0) + n
@@ -105,6 +122,10 @@ class Session:
                 self.symbols.define_stack(ev)
         elif isinstance(ev, ThreadDef):
             self.threads[ev.tid] = ev.name
+            if ev.pid:
+                self.thread_pid[ev.tid] = ev.pid
+        elif isinstance(ev, ProcessDef):
+            self.processes[ev.pid] = ev
         elif isinstance(ev, CollectorStatus):
             self.statuses[ev.collector] = ev
         elif isinstance(ev, StageSpan):

@@ -1,4 +1,4 @@
-"""The ``.infertop`` recording format, version 1.2 (documented in docs/recording-format.md).
+"""The ``.infertop`` recording format, version 1.3 (documented in docs/recording-format.md).
 
     file    = header record*
     header  = b"INFERTOP" u16 major u16 minor          (big-endian)
@@ -29,6 +29,7 @@ from infertop.model.events import (
     OpPath,
     OpTime,
     OpWindow,
+    ProcessDef,
     SampleWindow,
     StackDef,
     StageRules,
@@ -44,7 +45,7 @@ from infertop.record.numbers import bounded_float, bounded_int, real, whole
 
 MAGIC = b"INFERTOP"
 MAJOR = 1
-MINOR = 2
+MINOR = 3
 HEADER = struct.Struct(">8sHH")
 RECORD = struct.Struct(">II")
 MAX_RECORD = 256 * 1024 * 1024
@@ -52,6 +53,7 @@ MAX_RECORD = 256 * 1024 * 1024
 TARGET, FRAME, STACK, THREAD, WINDOW, STATUS, SPAN, EXITED, MARKER, RULES = range(1, 11)
 OPS, ALLOCATOR = 11, 12  # added in 1.1
 # 13, NVML readings, added in 1.2: infertop/record/gpu_format.py
+PROCESS = 14  # added in 1.3 (--children), with code 4's trailing pid
 
 
 def encode_event(ev: Event) -> list[Any]:
@@ -63,7 +65,9 @@ def encode_event(ev: Event) -> list[Any]:
     if isinstance(ev, StackDef):
         return [STACK, ev.stack_id, list(ev.frames)]
     if isinstance(ev, ThreadDef):
-        return [THREAD, ev.tid, ev.name]
+        return [THREAD, ev.tid, ev.name] + ([ev.pid] if ev.pid else [])
+    if isinstance(ev, ProcessDef):
+        return [PROCESS, ev.pid, ev.ppid, ev.cmdline]
     if isinstance(ev, StageSpan):
         return [SPAN, ev.tid, ev.stage, ev.t_start, ev.t_end]
     if isinstance(ev, CollectorStatus):
@@ -107,7 +111,9 @@ def decode_event(raw: Any) -> Event | None:
     if code == STACK:
         return StackDef(whole(f[0]), tuple(whole(x) for x in f[1]))
     if code == THREAD:
-        return ThreadDef(whole(f[0]), str(f[1]))
+        return ThreadDef(whole(f[0]), str(f[1]), whole(f[2]) if len(f) > 2 else 0)
+    if code == PROCESS:
+        return ProcessDef(whole(f[0]), whole(f[1]), _str(f[2]))
     if code == SPAN:
         return StageSpan(whole(f[0]), str(f[1]), real(f[2]), real(f[3]))
     if code == STATUS:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from infertop.report.processes import processes_markdown, processes_text
+
 
 def _pct(x: float) -> str:
     return f"{100 * x:5.1f}%"
@@ -122,6 +124,7 @@ def render_text(rep: dict[str, Any]) -> str:
     if not rep["stages"] and not rep["sampling"]["samples"]:
         out.append("  (no Python samples in this recording)")
     out.append("")
+    out += processes_text(rep)
     if rep.get("ops"):
         out.append(f"top torch ops by self time ({_profiled(rep)}):")
         for o in rep["ops"][:15]:
@@ -171,6 +174,7 @@ def render_markdown(rep: dict[str, Any]) -> str:
         out.append(
             f"| {st['name']} | {100 * st['share']:.1f}% | {st['seconds']:.2f} | {p50} | {p99} | {st['calls'] or ''} |"
         )
+    out += processes_markdown(rep)
     if rep.get("ops"):
         out += ["", "## Top torch ops", "", f"By self time; {_profiled(rep)}.", ""]
         out += ["| self ms | total ms | calls | mean µs | stage | device | op |", "|---:|---:|---:|---:|---|---|---|"]

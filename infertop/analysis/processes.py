@@ -1,0 +1,82 @@
+"""Per-process view of a session followed with ``--children``: who each process is and where
+its active samples go. Pure functions over a ``Session``; the merged picture stays as it is."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from infertop.analysis.stages import IDLE
+from infertop.model.session import Session
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessShare:
+    pid: int
+    ppid: int
+    cmdline: str
+    role: str
+    samples: int  # active samples (idle excluded)
+    stages: tuple[tuple[str, int], ...]  # (stage, samples), most first
+    exited_t: float | None  # unix time infertop noticed it was gone
+
+
+def role_of(pid: int, target_pid: int | None, cmdline: str, worker_no: int) -> str:
+    """A guess from the tree and the command line; the target is the router."""
+    if pid == target_pid:
+        return "router"
+    if "multiprocessing.resource_tracker" in cmdline:
+        return "resource tracker"
+    if "multiprocessing.forkserver" in cmdline:
+        return "forkserver"
+    return f"worker {worker_no}"
+
+
+def exit_times(session: Session, t: float | None = None) -> dict[int, float]:
+    """pid → when its exit was noticed (the collector's ``process exited`` markers)."""
+    out: dict[int, float] = {}
+    for m in session.markers:
+        pid = m.extra.get("pid", "")
+        if m.extra.get("process") == "exited" and pid.isdigit() and (t is None or m.t <= t):
+            out.setdefault(int(pid), m.t)
+    return out
+
+
+def process_shares(session: Session, t: float | None = None) -> list[ProcessShare]:
+    """Every followed process, the target first, then by pid; empty when only the target was
+    followed (a session without ``--children``)."""
+    if not session.processes:
+        return []
+    target = session.target.pid
+    owner = session.thread_pid
+    counts: dict[int, dict[str, int]] = {pid: {} for pid in session.processes}
+    for w in session.windows_between(None, t):
+        for tid, sid, n in w.window.counts:
+            stage = session.stage_of(sid)
+            if stage == IDLE:
+                continue
+            pid = owner.get(tid, target or 0)
+            per = counts.setdefault(pid, {})
+            per[stage] = per.get(stage, 0) + n
+    exited = exit_times(session, t)
+    order = sorted(counts, key=lambda p: (p != target, p))
+    out: list[ProcessShare] = []
+    worker_no = 0
+    for pid in order:
+        proc = session.processes.get(pid)
+        cmdline = proc.cmdline if proc is not None else ""
+        role = role_of(pid, target, cmdline, worker_no + 1)
+        if role.startswith("worker"):
+            worker_no += 1
+        per = counts[pid]
+        out.append(
+            ProcessShare(
+                pid,
+                proc.ppid if proc is not None else 0,
+                cmdline,
+                role,
+                sum(per.values()),
+                tuple(sorted(per.items(), key=lambda kv: (-kv[1], kv[0]))),
+                exited.get(pid),
+            )
+        )
+    return out

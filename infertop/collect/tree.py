@@ -1,0 +1,98 @@
+"""A target's process tree, for ``--children``: py-spy's process frames and ``/proc``.
+
+``py-spy record --subprocesses`` roots every stack in one ``process PID:"CMDLINE"`` frame per
+process from the target down to the one sampled (``process 10:"router";process 12:"worker";
+thread (12): MainThread;...``). ``split_processes`` takes those frames off, so the rest parses
+as a single process's output, and says which process each thread belongs to (thread ids are
+unique across a pid namespace, so a thread id names its process).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from infertop.collect.target import pid_alive
+
+_PROCESS_RE = re.compile(r'^process (\d+):"(.*)"$', re.DOTALL)
+_THREAD_ID_RE = re.compile(r"^thread \((0x[0-9a-fA-F]+|\d+)\)")
+
+
+def split_processes(
+    text: str,
+) -> tuple[str, dict[int, int], dict[int, tuple[int, str]]]:
+    """py-spy raw output with process frames → (the output without them, {thread id: pid},
+    {pid: (parent pid or 0, cmdline)}). Lines without process frames pass through unchanged."""
+    lines: list[str] = []
+    thread_pid: dict[int, int] = {}
+    processes: dict[int, tuple[int, str]] = {}
+    for line in text.splitlines():
+        parent = 0
+        pid = 0
+        rest = line
+        while rest.startswith("process "):
+            # a cmdline may hold ';' and even '";': the frame ends where the next process or
+            # thread frame starts
+            ends = [e for e in (rest.find('";process '), rest.find('";thread (')) if e >= 0]
+            end = min(ends) if ends else rest.find('";')
+            if end < 0:
+                break
+            m = _PROCESS_RE.match(rest[: end + 1])
+            if m is None:
+                break
+            pid = int(m.group(1))
+            if pid not in processes or (parent and not processes[pid][0]):
+                processes[pid] = (parent, m.group(2))
+            parent = pid
+            rest = rest[end + 2 :]
+        if pid:
+            t = _THREAD_ID_RE.match(rest)
+            if t is not None:
+                tid_text = t.group(1)
+                tid = int(tid_text, 16) if tid_text.startswith("0x") else int(tid_text)
+                thread_pid[tid] = pid
+        lines.append(rest)
+    return "\n".join(lines), thread_pid, processes
+
+
+def read_ppid(pid: int) -> int | None:
+    """The parent pid from ``/proc/PID/stat``; None when the process is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def read_cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read().rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below ``pid`` (children, grandchildren, ...), from ``/proc``."""
+    children: dict[int, list[int]] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return []
+    for name in names:
+        if name.isdigit():
+            ppid = read_ppid(int(name))
+            if ppid is not None:
+                children.setdefault(ppid, []).append(int(name))
+    out: list[int] = []
+    todo = list(children.get(pid, ()))
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(children.get(p, ()))
+    return sorted(out)
+
+
+def gone(pids: list[int]) -> list[int]:
+    """The pids among ``pids`` that have exited (zombies count as exited)."""
+    return [p for p in pids if not pid_alive(p)]

@@ -1,0 +1,105 @@
+"""--children against the real multiprocess sample: every worker sampled, a killed worker
+noticed while the others carry on, and the report's per-process section."""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from infertop.collect.tree import descendants, read_cmdline
+from infertop.model.events import Marker, SampleWindow, ThreadDef
+from infertop.record.reader import read_recording
+
+from .helpers import INFERTOP, ROOT, infertop, report_json
+
+pytestmark = pytest.mark.slow
+
+
+def _wait_for_line(proc: subprocess.Popen[str], prefix: str, timeout: float = 90) -> str:
+    assert proc.stdout is not None
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        ready, _, _ = select.select([proc.stdout], [], [], 0.5)
+        if ready:
+            line = proc.stdout.readline()
+            if line.startswith(prefix):
+                return line
+            if not line and proc.poll() is not None:
+                break
+    raise AssertionError(f"the sample never printed {prefix!r}")
+
+
+def test_record_children_follows_every_worker_and_survives_one_dying(tmp_path) -> None:
+    sample = subprocess.Popen(
+        [sys.executable, "samples/multiproc_service.py", "--workers", "3"],
+        cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    out = str(tmp_path / "tree.infertop")
+    try:
+        _wait_for_line(sample, "throughput:")  # every worker has its model and serves
+        workers = [p for p in descendants(sample.pid) if "spawn_main" in read_cmdline(p)]
+        assert len(workers) == 3
+        rec = subprocess.Popen(
+            INFERTOP + ["record", str(sample.pid), "--children", "--no-inject", "-o", out,
+                        "--duration", "8"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        time.sleep(3.5)
+        victim = workers[-1]
+        os.kill(victim, signal.SIGKILL)
+        _, err = rec.communicate(timeout=60)
+        assert rec.returncode == 0, err
+        assert sample.poll() is None  # the service carries on
+    finally:
+        sample.send_signal(signal.SIGTERM)
+        stdout, _ = sample.communicate(timeout=30)
+    assert f"(pid {victim}) exited" in stdout  # the router noticed too
+
+    events = read_recording(out).events
+    owner = {e.tid: e.pid for e in events if isinstance(e, ThreadDef)}
+    gone = [m for m in events if isinstance(m, Marker) and m.extra.get("pid") == str(victim)]
+    assert len(gone) == 1 and "exited" in gone[0].text
+    after: dict[int, int] = {}
+    for w in events:
+        if isinstance(w, SampleWindow) and w.t_start > gone[0].t:
+            for tid, _sid, n in w.counts:
+                after[owner.get(tid, 0)] = after.get(owner.get(tid, 0), 0) + n
+    for pid in workers[:-1]:
+        assert after.get(pid, 0) > 0, f"worker {pid} got no samples after {victim} died"
+    assert after.get(victim, 0) == 0
+
+    rep = report_json(out)
+    procs = {p["pid"]: p for p in rep["processes"]}
+    assert procs[sample.pid]["role"] == "router" and procs[sample.pid]["ppid"] is None
+    for pid in workers:
+        stages = {s["name"]: s for s in procs[pid]["stages"]}
+        assert procs[pid]["ppid"] == sample.pid and procs[pid]["role"].startswith("worker")
+        assert stages["forward"]["samples"] > 0, (pid, procs[pid])
+        assert (procs[pid]["exited_after_s"] is not None) == (pid == victim)
+    merged = {s["name"]: s["samples"] for s in rep["stages"]}
+    assert merged["forward"] == sum(
+        s["samples"] for p in rep["processes"] for s in p["stages"] if s["name"] == "forward"
+    )
+    text = infertop("report", out).stdout
+    assert f"pid {victim}" in text and "exited after" in text
+
+
+def test_without_children_only_the_target_is_sampled(tmp_path) -> None:
+    from .helpers import start_target, stop_target
+
+    target = start_target([str(ROOT / "tests/integration/targets/annotated.py")])
+    out = str(tmp_path / "one.infertop")
+    try:
+        p = infertop("record", str(target.pid), "--no-inject", "-o", out, "--duration", "2")
+        assert p.returncode == 0, p.stderr
+    finally:
+        stop_target(target)
+    assert report_json(out)["processes"] is None
+    assert "processes (" not in infertop("report", out).stdout
