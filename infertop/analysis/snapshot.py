@@ -18,6 +18,7 @@ from infertop.analysis.ops import (
     gpu_work,
     ops_table,
 )
+from infertop.analysis.process_view import ProcessFilter, process_labels
 from infertop.analysis.shares import StageShare, stage_shares
 from infertop.analysis.stages import IDLE
 from infertop.model.events import (
@@ -74,6 +75,10 @@ class Snapshot:
     op_time: OpTime | None = None  # the op thread's time in and between ops, summed
     nvml: GpuView | None = None  # NVML readings up to t; None: none (the nvml status says why)
     findings: tuple[Finding, ...] = ()  # ranked; filled in by live_findings.with_findings
+    #: --children: (pid, role) of every process followed; ``process`` is the one the samples
+    #: are of (None: all merged)
+    processes: tuple[tuple[int, str], ...] = ()
+    process: int | None = None
 
     @property
     def duration_s(self) -> float:
@@ -133,12 +138,21 @@ def build_snapshot(
     replay: ReplayState | None = None,
     notes: tuple[str, ...] = (),
     gpu_accumulator: GpuAccumulator | None = None,
+    process: int | None = None,
+    process_filter: ProcessFilter | None = None,
 ) -> Snapshot:
     windows = session.windows_between(None, t)
     t_now = t if t is not None else session.t_last
     rate = windows[-1].window.rate_hz if windows else 0.0
-    acc = accumulator or StackAccumulator()
-    stack_counts = acc.upto(session, len(windows))
+    if process is not None and process in session.processes:
+        # one process of a --children session: its samples only (ops stay the target's)
+        windows, stack_counts = (process_filter or ProcessFilter()).windows(
+            session, process, len(windows)
+        )
+    else:
+        process = None
+        acc = accumulator or StackAccumulator()
+        stack_counts = acc.upto(session, len(windows))
     frames_of = session.symbols.stack_frames
     duration = max(0.0, t_now - session.t_first)
     durations_ms = session.span_durations(t)  # every span so far, kept sorted by the session
@@ -194,4 +208,6 @@ def build_snapshot(
             id(session),
             working_windows(windows),
         ),
+        processes=process_labels(session) if session.processes else (),
+        process=process,
     )

@@ -27,6 +27,7 @@ from infertop.tui.ingest import (
     ScaleSpeed,
     SeekBy,
     SeekTo,
+    SetProcess,
     SetStageFilter,
     StartRecording,
     StopRecording,
@@ -83,6 +84,13 @@ class InfertopApp(App[None]):
             show=False,  # the footer is full at 80 columns: the flame panel's corner shows it
         ),
         _b("g", "next_gpu", "GPU", "GPU panel: next GPU (the target's GPUs come first)", show=False),
+        _b(
+            "w",
+            "next_process",
+            "Process",
+            "with --children: stages and flame of all processes merged, then of each process",
+            show=False,
+        ),
         _b("question_mark", "help", "Help", "this help", key_display="?"),
     ]
 
@@ -110,6 +118,7 @@ class InfertopApp(App[None]):
         self.displayed: Snapshot | None = None  # the one the panels show (differs while paused)
         self.paused = False
         self.stage_filter: str | None = None
+        self.process: int | None = None  # --children: the process shown (None: all merged)
         self.view = VIEWS[0]  # what the lower panel shows
         self._view_chosen = False  # the user picked a view (o): never switch it for them
         self.error: str | None = None
@@ -250,6 +259,14 @@ class InfertopApp(App[None]):
         i = options.index(self.stage_filter) if self.stage_filter in options else 0
         self.stage_filter = options[(i + 1) % len(options)]
         self.worker.send(SetStageFilter(self.stage_filter))
+
+    def action_next_process(self) -> None:
+        """All processes merged → each process followed (--children) → merged again."""
+        snap = self.latest
+        options: list[int | None] = [None, *(pid for pid, _ in snap.processes)] if snap else [None]
+        i = options.index(self.process) if self.process in options else 0
+        self.process = options[(i + 1) % len(options)]
+        self.worker.send(SetProcess(self.process))
 
     def action_cycle_view(self) -> None:
         """Python flame → torch-ops flame → ops table → Python flame."""

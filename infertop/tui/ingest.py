@@ -20,6 +20,7 @@ from textual.message import Message
 from infertop.analysis.gpu_series import GpuAccumulator
 from infertop.analysis.live_findings import with_findings
 from infertop.analysis.ops import OpAccumulator
+from infertop.analysis.process_view import ProcessFilter
 from infertop.analysis.snapshot import ReplayState, Snapshot, StackAccumulator, build_snapshot
 from infertop.tui.messages import IngestError, RecordingChanged, SnapshotReady
 
@@ -52,6 +53,11 @@ class SetStageFilter:
 
 
 @dataclass(frozen=True)
+class SetProcess:
+    pid: int | None  # None: every process followed, merged
+
+
+@dataclass(frozen=True)
 class StartRecording:
     path: str
 
@@ -68,6 +74,7 @@ class _Stop:
 
 Command = (
     SeekTo | SeekBy | TogglePlay | ScaleSpeed | SetStageFilter | StartRecording | StopRecording
+    | SetProcess
 )
 
 
@@ -95,6 +102,8 @@ class IngestWorker:
         self._op_accumulator = OpAccumulator()
         self._gpu_accumulator = GpuAccumulator()
         self._stage_filter: str | None = None
+        self._process: int | None = None
+        self._process_filter = ProcessFilter()
         self._error: str | None = None
         config = getattr(source, "config", None)
         self._history = config.collect.history_windows if config is not None else 120
@@ -218,6 +227,8 @@ class IngestWorker:
             accumulator=self._accumulator,
             op_accumulator=self._op_accumulator,
             gpu_accumulator=self._gpu_accumulator,
+            process=self._process,
+            process_filter=self._process_filter,
             recording=None if self.replay else src.recording_path,
             recording_bytes=writer.bytes_written if writer is not None else 0,
             replay=replay,
@@ -229,6 +240,8 @@ class IngestWorker:
         src = self.source
         if isinstance(cmd, SetStageFilter):
             self._stage_filter = cmd.stage
+        elif isinstance(cmd, SetProcess):
+            self._process = cmd.pid
         elif isinstance(cmd, (StartRecording, StopRecording)):
             if not self.replay:
                 self._apply_recording(cmd)

@@ -36,6 +36,16 @@ class _Slot:
     short: Text
 
 
+def process_part(snap: Snapshot) -> Part:
+    """How many processes are followed, and which one the panels show (key w)."""
+    n = len(snap.processes)
+    role = dict(snap.processes).get(snap.process) if snap.process is not None else None
+    shown = "all merged" if role is None else f"{role} (pid {snap.process})"
+    full = Text(f"{n} processes · {shown} (w)", style="bold #5fafff" if role else "")
+    short = Text(f"{n} proc · {role or 'all'}", style="bold #5fafff" if role else "")
+    return (0, full, short)
+
+
 def fit(parts: list[Part], width: int) -> Text:
     """Join parts with separators to fit ``width``: the less important parts switch to their
     short form, then the least important are dropped, and only then does the most important
@@ -170,6 +180,8 @@ class StatusLine(Widget):
                 short.append(f" {name} {value}", style=style)
         parts.append((2, full, short))
         parts.append((3, Text(f"{snap.samples:,} samples"), Text(f"{snap.samples:,} smp")))
+        if snap.processes:  # --children
+            parts.append(process_part(snap))
         n = snap.op_windows
         for st in snap.statuses:
             message = st.message.removeprefix(f"{st.collector}: ")

@@ -1,0 +1,60 @@
+"""One process's share of a ``--children`` session, for the UI's process view (key ``w``).
+
+``ProcessFilter`` turns the session's merged sample windows into the chosen process's: only the
+samples of its threads, stage counts recomputed (idle is 0: py-spy's idle time is known per
+window for all processes together, not per process). Filtered windows and stack counts are
+cached, so a live view only filters what arrived since the last snapshot.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from infertop.analysis.processes import role_of
+from infertop.analysis.stages import IDLE
+from infertop.model.session import Session, WindowSummary
+
+
+def process_labels(session: Session) -> tuple[tuple[int, str], ...]:
+    """(pid, role) of every followed process, the target first, then by pid."""
+    target = session.target.pid
+    out: list[tuple[int, str]] = []
+    n = 0
+    for pid in sorted(session.processes, key=lambda p: (p != target, p)):
+        role = role_of(pid, target, session.processes[pid].cmdline, n + 1)
+        n += role.startswith("worker")
+        out.append((pid, role))
+    return tuple(out)
+
+
+class ProcessFilter:
+    """The windows and stack counts of one process, extended as the session grows."""
+
+    def __init__(self) -> None:
+        self._key: tuple[int, int] | None = None  # (id(session), pid)
+        self._windows: list[WindowSummary] = []
+        self._stacks: dict[int, int] = {}
+
+    def windows(
+        self, session: Session, pid: int, n: int
+    ) -> tuple[list[WindowSummary], dict[int, int]]:
+        """The first ``n`` session windows, filtered to ``pid``; and their stack counts."""
+        key = (id(session), pid)
+        if key != self._key or n < len(self._windows):
+            self._key, self._windows, self._stacks = key, [], {}
+        owner = session.thread_pid
+        target = session.target.pid
+        for ws in session.windows[len(self._windows) : n]:
+            counts = tuple(c for c in ws.window.counts if owner.get(c[0], target) == pid)
+            stage_counts: dict[str, int] = {}
+            active = 0
+            for _tid, sid, c in counts:
+                self._stacks[sid] = self._stacks.get(sid, 0) + c
+                stage = session.stage_of(sid)
+                if stage != IDLE:
+                    stage_counts[stage] = stage_counts.get(stage, 0) + c
+                    active += c
+            stage_counts[IDLE] = 0
+            window = replace(ws.window, counts=counts)
+            self._windows.append(WindowSummary(window, stage_counts, active, 0))
+        return self._windows[:n], self._stacks

@@ -1,0 +1,107 @@
+"""--children in the UI: the status line counts the processes followed, and ``w`` shows the
+stages and flame of one process at a time, then all merged again."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tui_data import screen_text, shows, started, wait_for
+
+from infertop.config import Config
+from infertop.model.events import (
+    Frame,
+    FrameDef,
+    Marker,
+    ProcessDef,
+    SampleWindow,
+    StackDef,
+    TargetInfo,
+    ThreadDef,
+)
+from infertop.record.reader import read_recording
+from infertop.record.writer import RecordingWriter
+from infertop.sources import ReplaySource
+from infertop.tui import create_app
+
+T0 = 1_000_000.0
+
+
+def _tree_recording(path: Path) -> None:
+    w = RecordingWriter(str(path))
+    w.write([
+        TargetInfo(pid=100, cmdline="python router.py", python="3.11.7", started=T0),
+        ProcessDef(100, 0, "python router.py"),
+        ProcessDef(101, 100, "python -c spawn_main()"),
+        ProcessDef(102, 100, "python -c spawn_main()"),
+        ThreadDef(100, "MainThread", 100),
+        ThreadDef(101, "MainThread", 101),
+        ThreadDef(102, "MainThread", 102),
+        FrameDef(0, Frame("<module>", "/srv/main.py", 1)),
+        FrameDef(1, Frame("route_requests", "/srv/router.py", 10)),
+        FrameDef(2, Frame("encode_prompts", "/srv/first_worker.py", 20)),
+        FrameDef(3, Frame("decode_tokens", "/srv/second_worker.py", 30)),
+        StackDef(0, (0, 1)),
+        StackDef(1, (0, 2)),
+        StackDef(2, (0, 3)),
+    ])  # fmt: skip
+    for i in range(5):
+        t = T0 + i
+        counts = ((100, 0, 10), (101, 1, 60)) + (((102, 2, 50),) if i < 3 else ())
+        w.write([SampleWindow(t, t + 1, 100.0, 100, counts, 0, 0.0, 3)])
+        if i == 2:
+            w.write([Marker(t + 1, "process 102 exited", {"pid": "102", "process": "exited"})])
+    w.close()
+
+
+def _flame_text(app) -> str:  # noqa: ANN001
+    return screen_text(app).split("Python flame", 1)[-1]
+
+
+async def test_w_cycles_merged_and_each_process(tmp_path: Path) -> None:
+    path = tmp_path / "tree.infertop"
+    _tree_recording(path)
+    app = create_app(ReplaySource(read_recording(str(path)), Config()), title="tree")
+    async with app.run_test(size=(120, 32)) as pilot:
+        await started(pilot, app)
+        await shows(pilot, app, "3 processes · all merged (w)")
+        await shows(pilot, app, "decode_tokens")
+        assert "route_requests" in screen_text(app) and "encode_prompts" in screen_text(app)
+
+        await pilot.press("w")
+        await shows(pilot, app, "router (pid 100)")
+        await wait_for(pilot, lambda: "encode_prompts" not in _flame_text(app))
+        assert "route_requests" in _flame_text(app)
+        assert app.displayed.samples == 50  # the router's own: 10 a window
+
+        await pilot.press("w")
+        await shows(pilot, app, "worker 1 (pid 101)")
+        await wait_for(pilot, lambda: "route_requests" not in _flame_text(app))
+        assert "encode_prompts" in _flame_text(app) and "decode_tokens" not in _flame_text(app)
+
+        await pilot.press("w")
+        await shows(pilot, app, "worker 2 (pid 102)")
+        await wait_for(pilot, lambda: app.displayed.samples == 150)  # it died after 3 windows
+
+        await pilot.press("w")
+        await shows(pilot, app, "3 processes · all merged (w)")
+        await wait_for(pilot, lambda: app.displayed.samples == 50 + 300 + 150)
+
+
+async def test_one_process_session_has_no_process_view(tmp_path: Path) -> None:
+    path = tmp_path / "one.infertop"
+    w = RecordingWriter(str(path))
+    w.write([
+        TargetInfo(pid=7, cmdline="python serve.py", started=T0),
+        ThreadDef(7, "MainThread"),
+        FrameDef(0, Frame("serve", "/srv/serve.py", 3)),
+        StackDef(0, (0,)),
+        SampleWindow(T0, T0 + 1, 100.0, 100, ((7, 0, 40),), 0, 0.0, 1),
+    ])  # fmt: skip
+    w.close()
+    app = create_app(ReplaySource(read_recording(str(path)), Config()), title="one")
+    async with app.run_test(size=(120, 32)) as pilot:
+        await started(pilot, app)
+        await pilot.press("w")
+        await pilot.pause(0.2)
+        assert "processes" not in screen_text(app) and app.displayed.process is None
+        assert app.displayed.samples == 40
