@@ -365,6 +365,8 @@ def _inject(
                 result = _fail(FAILED, "unknown injection method %r" % chosen, t0)
         if not result.ok:
             _remove(boot_file)
+            if _proc_state(pid) in ("Z", "X", "?"):  # it died under us: say that, not the symptom
+                return _fail(NOT_FOUND, "pid %d exited during injection" % pid, t0, python=version)
             result.elapsed_s = time.monotonic() - t0
             result.python = version
             return result

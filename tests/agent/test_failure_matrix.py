@@ -36,7 +36,18 @@ def traced(pid: int) -> bool:
 def waiting_for_safe_point(pid: int) -> bool:
     """The injector has made its ptrace call (the boot file is there, nobody traces the target)
     and waits for the main thread to reach the pending call."""
-    return bool(boot_files(pid)) and not traced(pid)
+    def settled() -> bool:
+        return bool(boot_files(pid)) and not traced(pid) and not ptrace_helpers()
+
+    # before the helper starts the same holds for a moment: it must hold for a while
+    return settled() and not time.sleep(0.5) and settled()
+
+
+def ptrace_helpers() -> list[int]:
+    """Pids of the injector's ptrace helper processes still running (inject._via_ptrace)."""
+    out = subprocess.run(["pgrep", "-f", "infertop.agent.inject --ptrace-session"],
+                         capture_output=True, text=True).stdout  # fmt: skip
+    return [int(x) for x in out.split()]
 
 
 def test_target_killed_while_injection_waits_for_it(targets):
