@@ -158,22 +158,21 @@ def findings(
     emit: Callable[[dict], None], pid: int, chunk: ChunkFindings, ns: Callable[[float], int]
 ) -> None:
     for f in chunk.findings:
-        emit(
-            {
-                "ph": "i",
-                "s": "g",
-                "pid": pid,
-                "tid": 0,
-                "ts": us(max(0, ns(chunk.t_start))),
-                "name": f"[{f.severity}] {f.rule}: {f.title}",
-                "cat": "finding",
-                "args": {
-                    "rule": f.rule,
-                    "severity": f.severity,
-                    "where": list(f.where),
-                    "hint": f.hint,
-                    "evidence": f.evidence,
-                    "over_s": [round(chunk.t_start, 3), round(chunk.t_end, 3)],
-                },
-            }
-        )
+        emit(finding_event(f, pid, us(max(0, ns(chunk.t_start))),
+                           over_s=[round(chunk.t_start, 3), round(chunk.t_end, 3)]))  # fmt: skip
+
+
+def finding_event(f, pid: int, ts: float, **extra: object) -> dict:  # type: ignore[no-untyped-def]
+    """A finding as a global instant event: severity, rule and title in the name, the rest in
+    its args."""
+    return {
+        "ph": "i",
+        "s": "g",
+        "pid": pid,
+        "tid": 0,
+        "ts": ts,
+        "name": f"[{f.severity}] {f.rule}: {f.title}",
+        "cat": "finding",
+        "args": {"rule": f.rule, "severity": f.severity, "where": list(f.where), "hint": f.hint,
+                 "evidence": f.evidence, **extra},  # fmt: skip
+    }

@@ -22,6 +22,7 @@ from infertop.analysis.gpu import summarize_gpu
 from infertop.analysis.trace_findings import trace_input
 from infertop.collect.kineto import CAT, CATEGORIES, GPU_CATS, KinetoTrace
 from infertop.config import FindingThresholds
+from infertop.export.chrome_counters import finding_event
 from infertop.export.jsonout import TraceEventWriter
 from infertop.export.lanes import StartOrderedLanes
 from infertop.export.prelude import ExportResult, read_trace_to_export
@@ -199,24 +200,7 @@ def write_trace_events(
     gsum = summarize_gpu(trace)
     first_pid = int(pids[order[0]])
     for f in evaluate(trace_input(trace, gsum), thresholds):
-        emit(
-            {
-                "ph": "i",
-                "s": "g",
-                "pid": first_pid,
-                "tid": 0,
-                "ts": 0,
-                "name": f"[{f.severity}] {f.rule}: {f.title}",
-                "cat": "finding",
-                "args": {
-                    "rule": f.rule,
-                    "severity": f.severity,
-                    "where": list(f.where),
-                    "hint": f.hint,
-                    "evidence": f.evidence,
-                },
-            }
-        )
+        emit(finding_event(f, first_pid, 0))
         count += 1
     if dropped:
         emit(
