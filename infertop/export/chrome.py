@@ -153,8 +153,8 @@ def export_chrome_recording(path: str, out: str, config: Config | None = None) -
             elif isinstance(ev, StackDef):
                 if ev.stack_id == len(stacks):
                     stacks.append(ev.frames)
-            elif isinstance(ev, ThreadDef):
-                tracks.names[ev.tid] = ev.name
+            elif isinstance(ev, ThreadDef):  # --children: which process, too
+                tracks.names[ev.tid] = f"pid {ev.pid} {ev.name}" if ev.pid else ev.name
             elif isinstance(ev, StageSpan):
                 _span(emit, tracks, pid, ev, ns)
             elif isinstance(ev, OpWindow):

@@ -111,8 +111,8 @@ def export_speedscope(
         elif isinstance(ev, StackDef):
             if ev.stack_id == len(stacks):
                 stacks.append(ev.frames)
-        elif isinstance(ev, ThreadDef):
-            names[ev.tid] = ev.name
+        elif isinstance(ev, ThreadDef):  # --children: which process, too
+            names[ev.tid] = f"pid {ev.pid} {ev.name}" if ev.pid else ev.name
         elif isinstance(ev, SampleWindow):
             ticks = (
                 ev.ticks
