@@ -67,8 +67,11 @@ def record_headless(
         sys.stderr.write("\n")
     windows = src.session.windows
     samples = sum(w.active for w in windows)
+    procs = len(src.session.processes)  # --children
     print(
-        f"wrote {path}: {len(windows)} windows, {samples} samples ({reason})",
+        f"wrote {path}: {len(windows)} windows, {samples} samples"
+        + (f", {procs} processes" if procs else "")
+        + f" ({reason})",
         file=sys.stderr,
     )
     return EXIT_OK

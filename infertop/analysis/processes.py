@@ -18,6 +18,7 @@ class ProcessShare:
     samples: int  # active samples (idle excluded)
     stages: tuple[tuple[str, int], ...]  # (stage, samples), most first
     exited_t: float | None  # unix time infertop noticed it was gone
+    gpu_memory: int | None = None  # bytes on every GPU in NVML's newest reading; None: no NVML
 
 
 def role_of(pid: int, target_pid: int | None, cmdline: str, worker_no: int) -> str:
@@ -28,6 +29,9 @@ def role_of(pid: int, target_pid: int | None, cmdline: str, worker_no: int) -> s
         return "resource tracker"
     if "multiprocessing.forkserver" in cmdline:
         return "forkserver"
+    program = cmdline.split(" ", 1)[0].rsplit("/", 1)[-1]
+    if program and "python" not in program:  # not a Python worker: say what it runs
+        return f"child ({program[:24]})"
     return f"worker {worker_no}"
 
 
@@ -38,6 +42,19 @@ def exit_times(session: Session, t: float | None = None) -> dict[int, float]:
         pid = m.extra.get("pid", "")
         if m.extra.get("process") == "exited" and pid.isdigit() and (t is None or m.t <= t):
             out.setdefault(int(pid), m.t)
+    return out
+
+
+def gpu_memory_by_pid(session: Session, t: float | None = None) -> dict[int, int] | None:
+    """pid → bytes on all GPUs, from NVML's newest reading at or before ``t`` (its process
+    list: host pids); None when there is no reading."""
+    readings = session.gpu_upto(t)
+    if not readings:
+        return None
+    out: dict[int, int] = {}
+    for dev in readings[-1].devices:
+        for pid, used in dev.processes:
+            out[pid] = out.get(pid, 0) + used
     return out
 
 
@@ -58,6 +75,7 @@ def process_shares(session: Session, t: float | None = None) -> list[ProcessShar
             per = counts.setdefault(pid, {})
             per[stage] = per.get(stage, 0) + n
     exited = exit_times(session, t)
+    gpu = gpu_memory_by_pid(session, t)
     order = sorted(counts, key=lambda p: (p != target, p))
     out: list[ProcessShare] = []
     worker_no = 0
@@ -77,6 +95,7 @@ def process_shares(session: Session, t: float | None = None) -> list[ProcessShar
                 sum(per.values()),
                 tuple(sorted(per.items(), key=lambda kv: (-kv[1], kv[0]))),
                 exited.get(pid),
+                None if gpu is None else gpu.get(pid, 0),
             )
         )
     return out

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from infertop.collect.target import classify_pyspy_failure, find_pyspy, pid_alive
 from infertop.collect.base import drain
-from infertop.collect.tree import gone, split_processes
+from infertop.collect.tree import descendants, gone, read_cmdline, read_ppid, split_processes
 from infertop.model.events import CollectorStatus, Frame, Marker, TargetExited
 
 _THREAD_RE = re.compile(r"^thread \((0x[0-9a-fA-F]+|\d+)\)(?:: (.*))?$")
@@ -130,6 +130,7 @@ class PySpyCollector:
         self.children = children  # also sample the target's descendants (py-spy --subprocesses)
         self._procs: dict[int, tuple[int, str]] = {}  # descendants seen: pid -> (ppid, cmdline)
         self._ended: set[int] = set()
+        self._sampled: set[int] = set()  # the processes py-spy has read (Python ones)
         self.rate_hz = rate_hz
         self.window_s = window_s
         self._events: queue.SimpleQueue[object] = queue.SimpleQueue()
@@ -170,7 +171,8 @@ class PySpyCollector:
     def _resume_all(self) -> None:
         _resume_if_stopped(self.pid)
         for pid in self._live_children():
-            _resume_if_stopped(pid)
+            if pid in self._sampled:  # only what py-spy may have stopped
+                _resume_if_stopped(pid)
 
     def _live_children(self) -> list[int]:
         """Descendants sampled so far and not known to have exited (never a reused pid)."""
@@ -211,11 +213,16 @@ class PySpyCollector:
             else:
                 failures = 0
                 if self.children:
-                    self._note_exits()
+                    self._watch_tree()
         self._status("stopped", "detached")
 
-    def _note_exits(self) -> None:
-        """A child that died: one marker saying so; the others carry on."""
+    def _watch_tree(self) -> None:
+        """Every descendant is listed, Python or not (py-spy samples only the Python ones, a
+        non-Python child is listed for its GPU memory); a child that died gets one marker
+        saying so, and the others carry on."""
+        for pid in descendants(self.pid):
+            if pid not in self._procs:
+                self._procs[pid] = (read_ppid(pid) or 0, read_cmdline(pid))
         for pid in gone(self._live_children()):
             self._ended.add(pid)
             cmd = self._procs[pid][1]
@@ -228,7 +235,7 @@ class PySpyCollector:
         ``--children``, over every live process followed."""
         if not self.children:
             return self._count_threads_of(self.pid)
-        pids = [self.pid] + self._live_children()
+        pids = [self.pid] + [p for p in self._live_children() if p in self._sampled]
         return sum(self._count_threads_of(p) for p in pids)
 
     def _count_threads_of(self, pid: int) -> int:
@@ -287,6 +294,7 @@ class PySpyCollector:
         thread_pids: dict[int, int] = {}
         if self.children:
             text, thread_pids, procs = split_processes(text)
+            self._sampled.update(procs)
             for pid, (ppid, cmd) in procs.items():
                 if pid not in self._procs or (ppid and not self._procs[pid][0]):
                     self._procs[pid] = (ppid, cmd)

@@ -31,6 +31,7 @@ def processes_section(session: Session, t: float | None = None) -> list[dict[str
                 }
                 for name, n in p.stages
             ],
+            "gpu_memory_bytes": p.gpu_memory,
             "exited_after_s": None if p.exited_t is None else round(max(0.0, p.exited_t - t0), 3),
         }
         for p in shares
@@ -43,7 +44,9 @@ def _stage_list(proc: dict[str, Any]) -> str:
 
 def _exit_note(proc: dict[str, Any]) -> str:
     gone = proc.get("exited_after_s")
-    return "" if gone is None else f" — exited after {gone:.1f} s"
+    gpu = proc.get("gpu_memory_bytes")
+    note = "" if not gpu else f", {gpu / 2**30:.2f} GiB GPU memory"
+    return note + ("" if gone is None else f" — exited after {gone:.1f} s")
 
 
 def processes_text(rep: dict[str, Any]) -> list[str]:

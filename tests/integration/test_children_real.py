@@ -3,6 +3,7 @@ noticed while the others carry on, and the report's per-process section."""
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import signal
@@ -90,6 +91,16 @@ def test_record_children_follows_every_worker_and_survives_one_dying(tmp_path) -
     text = infertop("report", out).stdout
     assert f"pid {victim}" in text and "exited after" in text
 
+    trace = str(tmp_path / "tree.json")
+    assert infertop("export", out, "--format", "chrome", "-o", trace).returncode == 0
+    names = {
+        e["args"]["name"]
+        for e in json.load(open(trace))["traceEvents"]
+        if e.get("name") == "thread_name"
+    }
+    for pid in workers:  # every worker's main thread has a track of its own, named by process
+        assert f"pid {pid} MainThread" in names
+
 
 def test_without_children_only_the_target_is_sampled(tmp_path) -> None:
     from .helpers import start_target, stop_target
@@ -103,3 +114,26 @@ def test_without_children_only_the_target_is_sampled(tmp_path) -> None:
         stop_target(target)
     assert report_json(out)["processes"] is None
     assert "processes (" not in infertop("report", out).stdout
+
+
+def test_non_python_children_are_listed_without_samples(tmp_path) -> None:
+    from .helpers import start_target, stop_target
+
+    target = start_target([str(ROOT / "tests/integration/targets/tree_parent.py")])
+    out = str(tmp_path / "mixed.infertop")
+    try:
+        time.sleep(0.5)  # both children started
+        kids = {
+            read_cmdline(p).split(" ")[0].rsplit("/", 1)[-1]: p for p in descendants(target.pid)
+        }
+        p = infertop("record", str(target.pid), "--children", "--no-inject", "-o", out,
+                     "--duration", "3")  # fmt: skip
+        assert p.returncode == 0, p.stderr
+        assert "3 processes" in p.stderr  # the progress line counts them
+    finally:
+        stop_target(target)
+    procs = {p["pid"]: p for p in report_json(out)["processes"]}
+    assert procs[kids["sleep"]]["samples"] == 0 and procs[kids["sleep"]]["role"] == "child (sleep)"
+    worker = next(pid for name, pid in kids.items() if name != "sleep")
+    assert procs[worker]["role"] == "worker 1" and procs[worker]["samples"] > 50
+    assert procs[worker]["stages"][0]["name"] == "other"

@@ -111,4 +111,29 @@ def test_per_process_shares_roles_and_exits() -> None:
     assert by_pid[12].samples == 40 and dict(by_pid[12].stages)["forward"] == 30
     assert by_pid[13].exited_t == 1.5 and by_pid[12].exited_t is None
     assert by_pid[11].samples == 0
+    assert by_pid[12].gpu_memory is None  # no NVML readings: unknown, not zero
     assert process_shares(Session()) == []  # one process followed: no section
+
+
+def test_every_process_gets_its_gpu_memory_from_nvml_also_non_python_ones() -> None:
+    from infertop.analysis.processes import process_shares
+    from infertop.model.events import TargetInfo
+    from infertop.model.gpu import GpuDeviceReading, GpuReading
+    from infertop.report.processes import processes_text
+
+    s = Session()
+    for ev in (
+        TargetInfo(10, "python router.py"),
+        ProcessDef(10, 0, "python router.py"),
+        ProcessDef(14, 10, "/opt/bin/cuda_server --port 9"),  # not Python: never sampled
+        GpuReading(1.0, (GpuDeviceReading(0, processes=((14, 3 << 30), (99, 1 << 30))),
+                         GpuDeviceReading(1, processes=((14, 1 << 30),)))),
+    ):  # fmt: skip
+        s.apply(ev)
+    by_pid = {p.pid: p for p in process_shares(s)}
+    assert by_pid[14].gpu_memory == 4 << 30 and by_pid[14].samples == 0
+    assert by_pid[10].gpu_memory == 0
+    from infertop.report.processes import processes_section
+
+    lines = processes_text({"processes": processes_section(s)})
+    assert any("pid 14" in line and "4.00 GiB GPU memory" in line for line in lines)
