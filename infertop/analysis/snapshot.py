@@ -19,6 +19,7 @@ from infertop.analysis.ops import (
     ops_table,
 )
 from infertop.analysis.process_view import ProcessFilter, process_labels
+from infertop.analysis.processes import exit_times
 from infertop.analysis.shares import StageShare, stage_shares
 from infertop.analysis.stages import IDLE
 from infertop.model.events import (
@@ -79,6 +80,7 @@ class Snapshot:
     #: are of (None: all merged)
     processes: tuple[tuple[int, str], ...] = ()
     process: int | None = None
+    processes_exited: tuple[int, ...] = ()  # the followed processes seen to exit by t
 
     @property
     def duration_s(self) -> float:
@@ -209,5 +211,6 @@ def build_snapshot(
             working_windows(windows),
         ),
         processes=process_labels(session) if session.processes else (),
+        processes_exited=tuple(exit_times(session, t)) if session.processes else (),
         process=process,
     )

@@ -63,7 +63,7 @@ async def test_w_cycles_merged_and_each_process(tmp_path: Path) -> None:
     app = create_app(ReplaySource(read_recording(str(path)), Config()), title="tree")
     async with app.run_test(size=(120, 32)) as pilot:
         await started(pilot, app)
-        await shows(pilot, app, "3 processes · all merged (w)")
+        await shows(pilot, app, "3 processes, 1 exited · all merged (w)")
         await shows(pilot, app, "decode_tokens")
         assert "route_requests" in screen_text(app) and "encode_prompts" in screen_text(app)
 
@@ -79,11 +79,11 @@ async def test_w_cycles_merged_and_each_process(tmp_path: Path) -> None:
         assert "encode_prompts" in _flame_text(app) and "decode_tokens" not in _flame_text(app)
 
         await pilot.press("w")
-        await shows(pilot, app, "worker 2 (pid 102)")
+        await shows(pilot, app, "worker 2 (pid 102), exited")
         await wait_for(pilot, lambda: app.displayed.samples == 150)  # it died after 3 windows
 
         await pilot.press("w")
-        await shows(pilot, app, "3 processes · all merged (w)")
+        await shows(pilot, app, "3 processes, 1 exited · all merged (w)")
         await wait_for(pilot, lambda: app.displayed.samples == 50 + 300 + 150)
 
 

@@ -41,8 +41,17 @@ def process_part(snap: Snapshot) -> Part:
     n = len(snap.processes)
     role = dict(snap.processes).get(snap.process) if snap.process is not None else None
     shown = "all merged" if role is None else f"{role} (pid {snap.process})"
-    full = Text(f"{n} processes · {shown} (w)", style="bold #5fafff" if role else "")
-    short = Text(f"{n} proc · {role or 'all'}", style="bold #5fafff" if role else "")
+    if snap.process is not None and snap.process in snap.processes_exited:
+        shown += ", exited"
+    style = "bold #5fafff" if role else ""
+    full = Text(f"{n} processes", style=style)
+    short = Text(f"{n} proc", style=style)
+    if snap.processes_exited:  # a child died: said here, and marked on the timeline
+        gone = f", {len(snap.processes_exited)} exited"
+        full.append(gone, style="bold #d7af5f")
+        short.append(gone, style="bold #d7af5f")
+    full.append(f" · {shown} (w)", style=style)
+    short.append(f" · {role or 'all'}", style=style)
     return (0, full, short)
 
 
