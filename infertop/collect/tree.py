@@ -72,8 +72,43 @@ def read_cmdline(pid: int) -> str:
         return ""
 
 
+def _children_files(pid: int) -> list[int] | None:
+    """Children of ``pid`` from ``/proc/PID/task/*/children`` (each thread's own children);
+    None when the kernel does not offer those files (or ``pid`` is gone)."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    out: list[int] = []
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as fh:
+                out.extend(int(x) for x in fh.read().split())
+        except FileNotFoundError:
+            if tid == tids[0]:
+                return None  # no such files in this kernel: scan instead
+        except (OSError, ValueError):
+            pass  # the thread ended meanwhile
+    return out
+
+
 def descendants(pid: int) -> list[int]:
-    """Every live process below ``pid`` (children, grandchildren, ...), from ``/proc``."""
+    """Every live process below ``pid`` (children, grandchildren, ...), from ``/proc``: the
+    kernel's per-thread children lists where it has them (a few reads per process followed),
+    else one scan of every process's parent pid."""
+    first = _children_files(pid)
+    if first is not None:
+        out: list[int] = []
+        todo = list(first)
+        while todo:
+            p = todo.pop()
+            out.append(p)
+            todo.extend(_children_files(p) or ())
+        return sorted(set(out))
+    return _scan_descendants(pid)
+
+
+def _scan_descendants(pid: int) -> list[int]:
     children: dict[int, list[int]] = {}
     try:
         names = os.listdir("/proc")

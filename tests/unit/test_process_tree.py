@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 
 from infertop.collect.pyspy import RawSampleWindow, parse_raw
 from infertop.collect.tree import descendants, read_cmdline, read_ppid, split_processes
@@ -76,9 +77,19 @@ def test_session_learns_processes_and_threads_from_a_window() -> None:
 
 
 def test_proc_tree_of_this_process() -> None:
+    from infertop.collect.tree import _scan_descendants
+
     me = os.getpid()
     assert read_ppid(me) == os.getppid()
     assert me in descendants(os.getppid())
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        # the kernel's children lists and the full scan agree
+        assert child.pid in descendants(me) and child.pid in _scan_descendants(me)
+        assert child.pid in descendants(os.getppid())  # a grandchild too
+    finally:
+        child.kill()
+        child.wait()
     assert "python" in read_cmdline(me) or "pytest" in read_cmdline(me)
     assert read_ppid(2**22 + 12345) is None
 
