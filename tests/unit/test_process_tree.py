@@ -148,3 +148,49 @@ def test_every_process_gets_its_gpu_memory_from_nvml_also_non_python_ones() -> N
 
     lines = processes_text({"processes": processes_section(s)})
     assert any("pid 14" in line and "4.00 GiB GPU memory" in line for line in lines)
+
+
+class _TreeCollector:
+    """Hands over one --children window the first time it is polled."""
+
+    name = "py-spy"
+
+    def __init__(self) -> None:
+        f = (Frame("forward", "/srv/model.py", 40),)
+        self.pending: list[object] = [
+            RawSampleWindow(
+                10.0, 11.0, 100.0, 100, ((10, "MainThread", f, 4), (13, "MainThread", f, 57)),
+                thread_pids=((10, 10), (13, 12)),
+                processes=((10, 0, "python router.py"), (12, 10, "python worker.py")),
+            )
+        ]  # fmt: skip
+
+    def start(self) -> None:
+        pass
+
+    def poll(self) -> list[object]:
+        out, self.pending = self.pending, []
+        return out
+
+    def stop(self) -> None:
+        pass
+
+
+def test_a_recording_started_mid_session_defines_the_processes_first(tmp_path) -> None:
+    from infertop.config import Config
+    from infertop.model.events import TargetInfo
+    from infertop.record.reader import read_recording
+    from infertop.sources import LiveSource
+
+    src = LiveSource(TargetInfo(10, "python router.py"), Config(), collectors=[_TreeCollector()])
+    src.pump()  # the processes are known before the recording begins (key r in the UI)
+    path = str(tmp_path / "late.infertop")
+    src.start_recording(path)
+    src.stop()
+    events = read_recording(path).events
+    assert ProcessDef(12, 10, "python worker.py") in events
+    assert ThreadDef(13, "MainThread", 12) in events
+    replayed = Session()
+    for ev in events:
+        replayed.apply(ev)
+    assert replayed.thread_pid == {10: 10, 13: 12} and set(replayed.processes) == {10, 12}
