@@ -17,6 +17,7 @@ from textual import events
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
+from textual.css.query import NoMatches
 from textual.widgets import Footer
 
 from infertop.analysis.snapshot import Snapshot
@@ -160,11 +161,20 @@ class InfertopApp(App[None]):
         if snap is None:
             return
         self.latest = snap
-        self.query_one(StatusLine).show(snap)
-        frozen = self.paused and self.displayed is not None
-        if frozen and snap.stage_filter == self.displayed.stage_filter:  # type: ignore[union-attr]
-            return  # paused: collection goes on, the panels keep their picture
-        self._show_panels(snap)
+        self._draw(snap)
+
+    def _draw(self, snap: Snapshot, tries: int = 20) -> None:
+        try:
+            self.query_one(StatusLine).show(snap)
+            frozen = self.paused and self.displayed is not None
+            if frozen and snap.stage_filter == self.displayed.stage_filter:  # type: ignore[union-attr]
+                return  # paused: collection goes on, the panels keep their picture
+            self._show_panels(snap)
+        except NoMatches:
+            # the screen is not composed yet (or is being torn down at exit): draw the newest
+            # snapshot a moment later rather than lose it (a paused replay sends no other)
+            if tries > 0:
+                self.set_timer(0.05, lambda: self._draw(self.latest or snap, tries - 1))
 
     def _show_panels(self, snap: Snapshot) -> None:
         self.displayed = snap
