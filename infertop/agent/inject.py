@@ -176,6 +176,10 @@ def probe_agent(path: str, timeout: float = 1.0) -> dict | None:
         protocol.send_msg(sock, {"cmd": "hello", "client": "infertop-inject"})
         reply = protocol.recv_msg(sock)
         return reply if reply.get("type") in ("hello", "error") else None
+    except protocol.MessageTimeout:
+        # something listens there but did not answer in time (an agent busy stopping a
+        # window, a slow start): never inject a second agent beside it
+        return {"type": "silent"}
     except protocol.ProtocolError:
         return None
     finally:
@@ -278,6 +282,15 @@ def _inject(
         path = protocol.socket_path(pid, uid)
     if os.path.exists(path):
         hello = probe_agent(path)
+        if hello is not None and hello.get("type") == "silent":
+            hello = probe_agent(path, timeout=max(1.0, min(timeout, 10.0)))
+        if hello is not None and hello.get("type") == "silent":
+            return _fail(
+                BUSY,
+                "pid %d already has an agent, which did not answer in time (busy with a "
+                "profiler window?); try again in a few seconds" % pid,
+                t0,
+            )
         if hello is not None and hello.get("type") == "error":
             return _fail(
                 BUSY,

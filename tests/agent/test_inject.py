@@ -405,3 +405,27 @@ def test_sigkill_of_the_injector_never_kills_the_target():
                        capture_output=True, text=True, timeout=300)  # fmt: skip
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert "0 target crashes" in r.stdout
+
+
+def test_an_agent_that_does_not_answer_is_not_doubled(targets):
+    """Something listens at the target's agent socket but does not answer (an agent busy
+    stopping a window): inject says busy and puts no second agent into the process."""
+    import socket
+
+    target = targets(args=("--workers", "0",))
+    path = P.socket_path(target.pid, os.geteuid())
+    P.ensure_socket_dir(os.geteuid())
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(path)
+    listener.listen(4)
+    try:
+        threads_before = threads(target.pid)
+        result = inject(target.pid, timeout=2)
+        assert not result.ok and result.kind == "busy" and "did not answer" in result.reason
+        assert threads(target.pid) == threads_before  # nothing was started in it
+        assert not [n for n in socket_dir_entries() if n.startswith("boot-%d-" % target.pid)]
+    finally:
+        listener.close()
+        os.unlink(path)
+    out, err = target.stop()
+    assert out == "" and err == ""
