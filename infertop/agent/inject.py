@@ -163,7 +163,8 @@ def python_info(pid: int) -> PythonInfo | None:
 
 def probe_agent(path: str, timeout: float = 1.0) -> dict | None:
     """The hello of an agent listening at ``path`` (or its error reply when it is busy with
-    another client), or None when nothing answers.
+    another client); ``{"type": "silent"}`` when something listens there but gave no usable
+    answer in time; None when nothing listens (no socket, or a stale one).
 
     Saying hello is harmless: only a client that configured or started something ends an
     injected agent's session by leaving.
@@ -173,15 +174,16 @@ def probe_agent(path: str, timeout: float = 1.0) -> dict | None:
     except OSError:
         return None
     try:
-        protocol.send_msg(sock, {"cmd": "hello", "client": "infertop-inject"})
+        try:
+            protocol.send_msg(sock, {"cmd": "hello", "client": "infertop-inject"})
+        except protocol.ProtocolError:
+            pass  # a busy agent answers and closes at once, maybe before our hello: read it
         reply = protocol.recv_msg(sock)
-        return reply if reply.get("type") in ("hello", "error") else None
-    except protocol.MessageTimeout:
-        # something listens there but did not answer in time (an agent busy stopping a
-        # window, a slow start): never inject a second agent beside it
-        return {"type": "silent"}
+        return reply if reply.get("type") in ("hello", "error") else {"type": "silent"}
     except protocol.ProtocolError:
-        return None
+        # a live listener that said nothing usable (busy stopping a window, closing on us, a
+        # slow start): an agent is there, so never inject a second one beside it
+        return {"type": "silent"}
     finally:
         sock.close()
 

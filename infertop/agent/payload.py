@@ -1350,6 +1350,11 @@ class _Agent:
                 self._read_client()  # maybe it has just gone
         if self.client is not None:
             try:
+                conn.settimeout(0.2)
+                try:
+                    conn.recv(4096)  # its hello first: closing on unread data resets the peer
+                except OSError:
+                    pass
                 conn.settimeout(1.0)
                 conn.sendall(encode_msg({"type": "error", "message": "another client is connected"}))
             except Exception:

@@ -429,3 +429,31 @@ def test_an_agent_that_does_not_answer_is_not_doubled(targets):
         os.unlink(path)
     out, err = target.stop()
     assert out == "" and err == ""
+
+
+def test_probe_of_an_agent_that_answers_and_closes_at_once_is_never_none(tmp_path):
+    """A busy agent may answer "another client" and close before the prober's hello is even
+    written: the prober must still see an agent there (or injection would add a second one)."""
+    import socket
+    import threading
+
+    from infertop.agent.inject import probe_agent
+
+    path = str(tmp_path / "agent.sock")
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(path)
+    listener.listen(8)
+
+    def serve() -> None:
+        for _ in range(200):
+            conn, _ = listener.accept()
+            conn.sendall(P.encode_msg({"type": "error", "message": "another client is connected"}))
+            conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        for _ in range(200):
+            reply = probe_agent(path)
+            assert reply is not None and reply["type"] in ("error", "silent"), reply
+    finally:
+        listener.close()
