@@ -678,15 +678,12 @@ class _KinetoLog:
     def quiet_c10(self):
         """Raise c10's LOG threshold to errors (torch warns on stderr when collection is toggled
         and when an op outlives a stopped profiler); returns the value for ``restore_c10``."""
-        if self.c10 is None or self.c10.value >= C10_QUIET_LEVEL:
-            return None
-        old = self.c10.value
-        self.c10.value = C10_QUIET_LEVEL
-        return old
+        if self.c10 is not None and self.c10.value >= C10_QUIET_LEVEL:
+            return None  # already at least that quiet: leave it
+        return _raise_threshold(self.c10, C10_QUIET_LEVEL)
 
     def restore_c10(self, old):
-        if self.c10 is not None and old is not None and self.c10.value == C10_QUIET_LEVEL:
-            self.c10.value = old
+        _restore_threshold(self.c10, C10_QUIET_LEVEL, old)
 
     def initialised(self):
         """False while libkineto has never been initialised (threshold still 0/VERBOSE)."""
@@ -694,15 +691,25 @@ class _KinetoLog:
 
     def quiet(self):
         """Raise the threshold; returns the value to hand back to ``restore``."""
-        if self.level is None:
-            return None
-        old = self.level.value
-        self.level.value = KINETO_QUIET_LEVEL
-        return old
+        return _raise_threshold(self.level, KINETO_QUIET_LEVEL)
 
     def restore(self, old):
-        if self.level is not None and old is not None and self.level.value == KINETO_QUIET_LEVEL:
-            self.level.value = old
+        _restore_threshold(self.level, KINETO_QUIET_LEVEL, old)
+
+
+def _raise_threshold(cint, level):
+    """Set a C log threshold (a ctypes int, or None when not found); returns the old value."""
+    if cint is None:
+        return None
+    old = cint.value
+    cint.value = level
+    return old
+
+
+def _restore_threshold(cint, level, old):
+    """Put back ``old`` unless someone else changed the threshold meanwhile."""
+    if cint is not None and old is not None and cint.value == level:
+        cint.value = old
 
 
 _KINETO_LINE = re.compile(
