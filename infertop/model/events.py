@@ -222,6 +222,9 @@ class OpWindow:
     annotations: tuple[Annotation, ...] = ()
     gpu: GpuActivity | None = None
     op_time: OpTime | None = None  # None: not measured (older agents and recordings)
+    #: the process the window is of (1.4): 0 is the target; a child with ``--children``, a
+    #: rank of an imported Kineto directory, a process of a merged recording
+    pid: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,6 +238,7 @@ class AllocatorReading:
     peak_allocated: int
     alloc_retries: int
     ooms: int
+    pid: int = 0  # the process (1.4), as ``OpWindow.pid``
 
 
 Event = Union[

@@ -1,4 +1,4 @@
-"""The ``.infertop`` recording format, version 1.3 (documented in docs/recording-format.md).
+"""The ``.infertop`` recording format, version 1.4 (documented in docs/recording-format.md).
 
     file    = header record*
     header  = b"INFERTOP" u16 major u16 minor          (big-endian)
@@ -45,7 +45,7 @@ from infertop.record.numbers import bounded_float, bounded_int, real, whole
 
 MAGIC = b"INFERTOP"
 MAJOR = 1
-MINOR = 3
+MINOR = 4
 HEADER = struct.Struct(">8sHH")
 RECORD = struct.Struct(">II")
 MAX_RECORD = 256 * 1024 * 1024
@@ -54,6 +54,7 @@ TARGET, FRAME, STACK, THREAD, WINDOW, STATUS, SPAN, EXITED, MARKER, RULES = rang
 OPS, ALLOCATOR = 11, 12  # added in 1.1
 # 13, NVML readings, added in 1.2: infertop/record/gpu_format.py
 PROCESS = 14  # added in 1.3 (--children), with code 4's trailing pid
+# 1.4: codes 11 and 12 gain a trailing pid (the process; written only when not the target)
 
 
 def encode_event(ev: Event) -> list[Any]:
@@ -84,7 +85,7 @@ def encode_event(ev: Event) -> list[Any]:
         return encode_op_window(ev)
     if isinstance(ev, AllocatorReading):
         return [ALLOCATOR, ev.t, ev.device, ev.allocated, ev.reserved, ev.peak_allocated,
-                ev.alloc_retries, ev.ooms]  # fmt: skip
+                ev.alloc_retries, ev.ooms] + ([ev.pid] if ev.pid else [])  # fmt: skip
     if isinstance(ev, GpuReading):
         return encode_gpu_reading(ev)
     raise TypeError(f"cannot encode {type(ev).__name__}")
@@ -154,7 +155,7 @@ def encode_op_window(w: OpWindow) -> list[Any]:
         [[a.name, a.tid, a.t_start, a.t_end] for a in w.annotations],
         None if w.gpu is None else [w.gpu.busy_us, w.gpu.span_us, w.gpu.max_gap_us],
         None if w.op_time is None else [w.op_time.ops, w.op_time.in_ops_us, w.op_time.wall_us],
-    ]  # fmt: skip
+    ] + ([w.pid] if w.pid else [])  # fmt: skip
 
 
 def _str(x: Any) -> str:
@@ -201,7 +202,8 @@ def _checked(fn: Any, f: list[Any]) -> Any:
 
 def _decode_allocator(f: list[Any]) -> AllocatorReading:
     return AllocatorReading(
-        _num(f[0]), _int(f[1]), _int(f[2]), _int(f[3]), _int(f[4]), _int(f[5]), _int(f[6])
+        _num(f[0]), _int(f[1]), _int(f[2]), _int(f[3]), _int(f[4]), _int(f[5]), _int(f[6]),
+        _int(f[7]) if len(f) > 7 else 0,
     )
 
 
@@ -236,6 +238,7 @@ def _decode_op_window(f: list[Any]) -> OpWindow:
     return OpWindow(
         _num(f[0]), _num(f[1]), _str(f[2]), _int(f[3]), f[4],
         paths, kernels, memcpy, syncs, annotations, gpu, op_time,
+        _int(f[12]) if len(f) > 12 else 0,
     )  # fmt: skip
 
 

@@ -51,7 +51,7 @@ def test_readings_round_trip_exactly_with_every_gap(tmp_path, fixture: str) -> N
     w.write(rs[1:])
     w.close()
     rec = read_recording(path)
-    assert rec.version == (1, 3) and rec.warning is None
+    assert rec.version == (1, 4) and rec.warning is None
     assert rec.events == PRELUDE + rs
     d = rec.events[2].devices[0]
     if fixture.startswith("t4"):  # what NVML could not give stays "not available"

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 import struct
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -50,7 +51,7 @@ def test_round_trip_is_exact(tmp_path) -> None:
     p = str(tmp_path / "a.infertop")
     write(p, [EVENTS[:7], EVENTS[7:]])
     rec = read_recording(p)
-    assert rec.events == EVENTS and rec.warning is None and rec.version == (1, 3)
+    assert rec.events == EVENTS and rec.warning is None and rec.version == (1, 4)
 
 
 def test_truncated_file_reads_up_to_the_damage(tmp_path) -> None:
@@ -144,6 +145,9 @@ def _op_events() -> list:
         cpu_only,
         truncated,
         AllocatorReading(1021.0, 1, 0, 0, 0, 3, 1),
+        # 1.4: windows and readings of another process than the target
+        replace(make_op_window(rng, 1030.0), pid=4242),
+        AllocatorReading(1031.0, 0, 5, 6, 7, 0, 0, pid=4242),
     ]
 
 
@@ -156,6 +160,14 @@ def test_op_windows_and_allocator_readings_round_trip(tmp_path) -> None:
     w = rec.events[len(EVENTS)]
     assert isinstance(w, OpWindow) and w.paths and w.kernels and w.memcpy and w.gpu is not None
     assert all(isinstance(p.names, tuple) for p in w.paths)
+
+
+def test_a_process_is_written_only_when_not_the_target() -> None:
+    from infertop.record.format import encode_event
+
+    ops = _op_events()
+    assert len(encode_event(ops[0])) == 13 and len(encode_event(ops[1])) == 8
+    assert encode_event(ops[-2])[-1] == 4242 and encode_event(ops[-1])[-1] == 4242
 
 
 def test_unknown_codes_are_skipped_by_this_reader() -> None:
@@ -189,6 +201,8 @@ def _bad_op_fields():
         ev[i] = value
         yield what, ev
     yield "cut short", good[:6]
+    yield "pid is a string", good + ["4242"]
+    yield "allocator pid is a float", [12, 1.0, 0, 1, 2, 3, 0, 0, 1.5]
     yield "allocator with a string", [12, 1.0, 0, "1", 2, 3, 0, 0]
     yield "allocator cut short", [12, 1.0, 0]
 
