@@ -32,6 +32,7 @@ from infertop.model.events import (
 )
 from infertop.model.gpu import GpuReading
 from infertop.model.session import Session
+from infertop.record.clock import started_marker
 from infertop.record.reader import Recording
 from infertop.record.writer import RecordingWriter
 
@@ -112,7 +113,7 @@ class LiveSource:
         prelude += [FrameDef(i, f) for i, f in enumerate(s.symbols.frames)]
         prelude += [StackDef(i, st) for i, st in enumerate(s.symbols.stacks)]
         prelude += list(s.statuses.values())
-        prelude.append(Marker(time.time(), "recording started"))
+        prelude.append(started_marker(time.time()))  # with the clock anchor (record/clock.py)
         self.writer.write(prelude)
 
     def stop_recording(self) -> None:
