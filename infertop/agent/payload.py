@@ -40,6 +40,7 @@ if "send_msg" not in globals():  # imported as a module, not exec'd after protoc
         encode_msg,
         ensure_socket_dir,
         is_stale_socket,
+        sweep_stale_sockets,
         peer_uid,
         peer_allowed,
         socket_path,
@@ -1132,7 +1133,7 @@ class _Agent:
 
     def open(self):
         uid = os.geteuid()
-        ensure_socket_dir(uid)
+        sweep_stale_sockets(ensure_socket_dir(uid))  # what killed agents left behind
         path = socket_path(os.getpid(), uid)
         if os.path.exists(path) or os.path.islink(path):
             if os.path.islink(path) or not is_stale_socket(path):

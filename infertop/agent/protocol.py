@@ -296,6 +296,31 @@ def connect(path: str, timeout: float = 2.0) -> socket.socket:
     return sock
 
 
+def sweep_stale_sockets(directory: str) -> int:
+    """Remove the sockets of agents whose process is gone (a target killed with SIGKILL cannot
+    remove its own): ``agent-PID.sock`` with no ``/proc/PID`` and nobody listening. Returns how
+    many were removed; never raises."""
+    removed = 0
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return 0
+    for name in names:
+        if not (name.startswith("agent-") and name.endswith(".sock")):
+            continue
+        pid = name[len("agent-") : -len(".sock")]
+        path = os.path.join(directory, name)
+        try:
+            if not pid.isdigit() or os.path.exists("/proc/%s" % pid) or os.path.islink(path):
+                continue
+            if is_stale_socket(path):
+                os.unlink(path)
+                removed += 1
+        except OSError:
+            pass
+    return removed
+
+
 def is_stale_socket(path: str) -> bool:
     """True when ``path`` is a socket file nobody listens on any more."""
     try:

@@ -184,3 +184,21 @@ def test_infertop_stopped_with_sigterm_while_injection_waits(targets, tmp_path):
     assert read_recording(str(out)).warning is None
     out_text, err = target.stop()
     assert target.proc.returncode == 0 and out_text == "" and err == ""
+
+
+def test_a_killed_targets_socket_is_swept_by_the_next_agent(targets):
+    """A target killed with SIGKILL cannot remove its agent's socket; the next agent to start
+    (in any process of the same user) removes it, and leaves live agents' sockets alone."""
+    first = targets(args=("--workers", "0", "--size", "64"))
+    assert inject(first.pid, timeout=10).ok
+    stale = P.socket_path(first.pid, os.geteuid())
+    live = targets(args=("--workers", "0", "--size", "64"))
+    assert inject(live.pid, timeout=10).ok
+    first.proc.kill()
+    first.proc.wait()
+    assert os.path.exists(stale)  # left behind by the kill
+    third = targets(args=("--workers", "0", "--size", "64"))
+    assert inject(third.pid, timeout=10).ok
+    assert not os.path.exists(stale)
+    assert os.path.exists(P.socket_path(live.pid, os.geteuid()))
+    assert os.path.exists(P.socket_path(third.pid, os.geteuid()))
