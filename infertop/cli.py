@@ -85,8 +85,8 @@ def _add_collect_flags(p: argparse.ArgumentParser, defaults) -> None:  # type: i
     p.add_argument(
         "--children",
         action="store_true",
-        help="also sample the target's child processes (and theirs), including ones that start "
-        "later; the agent stays on the target only",
+        help="also follow the target's child processes (and theirs), including ones that start "
+        "later: Python ones are sampled, torch ones get the agent too",
     )
 
 
@@ -229,6 +229,10 @@ def _collectors(target, args: argparse.Namespace, cfg):  # type: ignore[no-untyp
     if getattr(args, "record_shapes", False):
         agent = replace(agent, record_shapes=True)
     collectors.append(AgentAttach(target.pid, agent, target))
+    if getattr(args, "children", False):
+        from infertop.collect.child_agents import ChildAgents
+
+        collectors.append(ChildAgents([target.pid], agent))
     return collectors, statuses
 
 

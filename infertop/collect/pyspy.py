@@ -184,7 +184,7 @@ class PySpyCollector:
 
     def _run(self) -> None:
         self._status("running", f"{self.rate_hz:g} Hz, all threads" + (
-            f", pid {self.pid} and its child processes (agent: pid {self.pid} only)"
+            f", pid {self.pid} and its child processes"
             if self.children else ""))  # fmt: skip
         out_path = os.path.join(self._tmpdir.name, "window.txt")
         failures = 0

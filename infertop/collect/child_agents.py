@@ -1,0 +1,185 @@
+"""The in-process agent in the other processes of a session: the target's torch children
+(``--children``) and the targets after the first (several PIDs on the command line).
+
+``ChildAgents`` is one collector. Its thread looks for processes every ``scan_s``: the extra
+targets, and with ``--children`` every descendant of every target (``/proc``). A process
+that has imported torch (libtorch in its maps) gets an ``AgentAttach``, one injection at a
+time (an armed agent, as under ``infertop run``, is simply used). A process without torch is
+looked at again now and then (a worker imports torch after it starts). Its events are of
+that process: op windows and allocator readings carry its pid, its stage spans stay on its
+own threads, its hello (torch version) is not the target's, and the per-process statuses
+are summed up in one status line, ``agents``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import replace
+
+from infertop.collect.agent_attach import AgentAttach
+from infertop.collect.agent_client import AgentConfig
+from infertop.collect.tree import descendants, gone
+from infertop.model.events import (
+    AllocatorReading,
+    CollectorStatus,
+    Event,
+    OpWindow,
+    StageSpan,
+)
+
+NO_TORCH_RECHECK_S = 5.0  # a process without torch is looked at again after this long
+MAX_AGENTS = 16  # a pool of hundreds of workers gets agents in the first ones only
+
+
+def _has_torch(pid: int) -> bool | None:
+    """Whether ``pid`` has imported torch; None when it is gone (or unreadable)."""
+    from infertop.agent.inject import has_torch
+
+    try:
+        return has_torch(pid)
+    except OSError:
+        return None
+
+
+class ChildAgents:
+    name = "agents"
+
+    def __init__(
+        self,
+        roots: list[int],
+        config: AgentConfig,
+        *,
+        extra_targets: list[int] = (),  # type: ignore[assignment]
+        children: bool = True,
+        scan_s: float = 1.0,
+        inject_timeout: float = 5.0,
+        max_agents: int = MAX_AGENTS,
+    ) -> None:
+        self.roots = list(roots)  # every target given: their descendants are followed
+        self.extra_targets = list(extra_targets)  # targets that get an agent here (not the first)
+        self.children = children
+        self.config = config
+        self.scan_s = scan_s
+        self.inject_timeout = inject_timeout
+        self.max_agents = max_agents
+        self._attaches: dict[int, AgentAttach] = {}
+        self._states: dict[int, CollectorStatus] = {}  # pid -> its agent's latest status
+        self._later: dict[int, float] = {}  # no torch yet: pid -> when to look again
+        self._ended: set[int] = set()
+        self._skipped = 0  # processes past max_agents
+        self._said = ""
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._out: list[Event] = []
+
+    # -- Collector protocol -----------------------------------------------------------------
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._run, name="infertop-agents", daemon=True)
+        self._thread.start()
+
+    def poll(self) -> list[Event]:
+        with self._lock:
+            attaches = list(self._attaches.items())
+            out, self._out = self._out, []
+        for pid, attach in attaches:
+            for ev in attach.poll():
+                tagged = self._tag(pid, ev)
+                if tagged is not None:
+                    out.append(tagged)
+        summary = self._summary()
+        if summary is not None:
+            out.append(summary)
+        return out
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.inject_timeout + 3)
+        with self._lock:
+            attaches = list(self._attaches.values())
+        stoppers = [threading.Thread(target=a.stop, daemon=True) for a in attaches]
+        for t in stoppers:  # each detaches in its own time: together, not one after another
+            t.start()
+        for t in stoppers:
+            t.join(timeout=self.inject_timeout + 4)
+
+    # -- events -----------------------------------------------------------------------------
+    def _tag(self, pid: int, ev: Event) -> Event | None:
+        """An event of the agent in ``pid``, as the session should see it."""
+        if isinstance(ev, (OpWindow, AllocatorReading)):
+            return replace(ev, pid=pid)
+        if isinstance(ev, StageSpan):
+            return ev  # thread ids name their process
+        if isinstance(ev, CollectorStatus):
+            self._states[pid] = ev
+        return None  # its hello (torch version) is not the target's; statuses are summed up
+
+    def _summary(self) -> CollectorStatus | None:
+        """One status for every process's agent, when it changed: how many run, and why the
+        others do not."""
+        states = dict(self._states)
+        if not states and not self._skipped:
+            return None
+        running = [p for p, s in states.items() if s.state == "running" and p not in self._ended]
+        others = [
+            f"pid {p}: {s.message or s.state}"
+            for p, s in sorted(states.items())
+            if s.state != "running" and p not in self._ended
+        ]
+        parts = [f"{len(running)} of {len(states)} processes" if states else "none yet"]
+        if self._ended:
+            parts.append(f"{len(self._ended)} exited")
+        if self._skipped:
+            parts.append(f"{self._skipped} more not profiled (at most {self.max_agents})")
+        message = ", ".join(parts) + ("; " + "; ".join(others[:3]) if others else "")
+        if message == self._said:
+            return None
+        self._said = message
+        live = [p for p in states if p not in self._ended]
+        failed = bool(live) and all(states[p].state in ("failed", "unavailable") for p in live)
+        state = "unavailable" if failed else ("running" if running or not live else "stopped")
+        return CollectorStatus(time.time(), self.name, state, message)
+
+    # -- the scanning thread ----------------------------------------------------------------
+    def _candidates(self) -> list[int]:
+        pids = list(self.extra_targets)
+        if self.children:
+            for root in self.roots:
+                pids += descendants(root)
+        seen: set[int] = set()
+        return [p for p in pids if not (p in seen or seen.add(p))]  # type: ignore[func-returns-value]
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for pid in self._candidates():
+                if self._stop.is_set():
+                    return
+                self._consider(pid)
+            for pid in gone([p for p in self._attaches if p not in self._ended]):
+                self._ended.add(pid)
+            self._stop.wait(self.scan_s)
+
+    def _consider(self, pid: int) -> None:
+        if pid in self._attaches or time.monotonic() < self._later.get(pid, 0.0):
+            return
+        torch = _has_torch(pid)
+        if not torch:
+            self._later[pid] = time.monotonic() + NO_TORCH_RECHECK_S
+            return
+        if len(self._attaches) >= self.max_agents:
+            self._later[pid] = float("inf")
+            self._skipped += 1
+            return
+        attach = AgentAttach(pid, self.config, inject_timeout=self.inject_timeout)
+        with self._lock:
+            self._attaches[pid] = attach
+        attach.start()
+        # one injection at a time: wait for this one's outcome before the next process
+        deadline = time.monotonic() + self.inject_timeout + 3
+        while attach.result is None and time.monotonic() < deadline:
+            if self._stop.wait(0.05):
+                return
