@@ -418,7 +418,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from infertop.analysis.snapshot import build_snapshot
     from infertop.record.reader import read_recording
     from infertop.report.build import build_report
-    from infertop.report.processes import processes_section
+    from infertop.report.processes import add_processes
     from infertop.report.text import render_markdown, render_text
     from infertop.sources import ReplaySource
 
@@ -428,7 +428,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     src = ReplaySource(rec, _config(args))
     snap = build_snapshot(src.session, t=src.t, notes=src.notes)
     rep = build_report(snap, "recording", args.file, _config(args).findings)
-    rep["processes"] = processes_section(src.session, src.t)  # None unless --children
+    add_processes(rep, src.session, src.t, _config(args).findings)  # None: one process
     if args.format == "json":
         sys.stdout.write(json.dumps(rep, indent=2) + "\n")
     elif args.format == "markdown":
@@ -453,8 +453,8 @@ def cmd_import(args: argparse.Namespace) -> int:
     finally:
         if tty:
             sys.stderr.write("\r\033[K")
-    if res.note:
-        print(f"infertop: {res.note}", file=sys.stderr)
+    for line in (res.note or "").splitlines():
+        print(f"infertop: {line}", file=sys.stderr)
     print(
         f"infertop: imported {res.trace}: {res.events:,} events, {res.seconds:.2f} s, "
         f"{res.windows} windows -> {res.output}",

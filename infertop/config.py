@@ -160,6 +160,9 @@ class FindingThresholds:
     memory_pressure_reserved: float = 0.90
     fragmentation_share: float = 0.30
     fragmentation_min_bytes: int = 1 << 30
+    straggler_slower: float = 0.10  # a process's step work ≥ 10 % above the others' median ...
+    straggler_steps_share: float = 0.5  # ... in more than half of the steps compared
+    straggler_min_steps: int = 2  # steps every process has, to compare at all
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,9 @@ class Finding:
     evidence: dict[str, Any]
     where: tuple[str, ...]
     hint: str
+    #: the process it is about (a rank, a process of a merged recording); None: the whole
+    #: session (every process merged, as for a recording of one process)
+    pid: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -42,6 +45,7 @@ class Finding:
             "evidence": self.evidence,
             "where": list(self.where),
             "hint": self.hint,
+            "pid": self.pid,
         }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from infertop.analysis.process_roles import process_roles
 from infertop.analysis.stages import IDLE
 from infertop.model.session import Session
 
@@ -79,6 +80,7 @@ def process_shares(session: Session, t: float | None = None) -> list[ProcessShar
     order = sorted(counts, key=lambda p: (p != target, p))
     out: list[ProcessShare] = []
     worker_no = 0
+    named = process_roles(session)  # ranks, merged recordings' hosts
     for pid in order:
         proc = session.processes.get(pid)
         cmdline = proc.cmdline if proc is not None else ""

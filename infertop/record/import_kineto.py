@@ -38,44 +38,78 @@ Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)
+class RankInfo:
+    """One trace of a directory: the process it became in the recording."""
+
+    rank: int
+    file: str
+    pid: int  # in the recording (the trace's own pid unless another rank had it)
+    trace_pid: int | None  # in the trace
+    windows: int
+    events: int
+
+
+@dataclass(frozen=True)
 class ImportResult:
-    trace: str  # the trace file that was imported
+    trace: str  # the trace file that was imported (a directory: the directory)
     output: str
     windows: int
     events: int
     seconds: float  # the trace's span
-    note: str | None = None  # what was chosen for a directory of traces
+    note: str | None = None  # what was chosen or left out of a directory of traces
+    ranks: tuple[RankInfo, ...] = ()  # a directory of traces: one process per rank
 
 
 def _natural(path: str) -> list[object]:
     return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", os.path.basename(path))]
 
 
-def choose_trace(path: str) -> tuple[str, str | None]:
-    """The file to import, and a note when ``path`` is a directory of per-rank traces."""
+def trace_paths(path: str) -> list[str]:
+    """``path`` itself, or the traces of a directory (one per rank) in natural order."""
     if not os.path.isdir(path):
-        return path, None
+        return [path]
     files = sorted(
         (os.path.join(path, f) for f in os.listdir(path) if f.endswith((".json", ".json.gz"))),
         key=_natural,
     )
     if not files:
         raise BadInputFile(f"{path} holds no .json or .json.gz traces")
-    if len(files) == 1:
-        return files[0], None
-    note = (
-        f"{path} holds {len(files)} traces (one per rank); imported the first, "
-        f"{os.path.basename(files[0])} — a recording is one process: import the others "
-        "one by one (infertop import FILE -o FILE.infertop)"
-    )
-    return files[0], note
+    return files
+
+
+def _same(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.abspath(a) == os.path.abspath(b)
 
 
 def import_trace(path: str, output: str, progress: Progress | None = None) -> ImportResult:
+    """One trace, or a directory with one trace per rank (each rank one process)."""
     say = progress or (lambda _text: None)
-    source, note = choose_trace(path)
-    if os.path.abspath(source) == os.path.abspath(output):
+    files = trace_paths(path)
+    if any(_same(f, output) for f in files):
         raise UsageError("the output would overwrite the trace", "give another -o FILE")
+    if len(files) > 1:
+        from infertop.record.import_ranks import import_ranks
+
+        return import_ranks(path, files, output, say)
+    source = files[0]
+    plan, windows = read_windows(source, say)
+    t0 = windows[0].t_start
+    prelude: list[Event] = [
+        TargetInfo(pid=plan.pid, started=t0),
+        StageRules(()),
+        CollectorStatus(t0, "py-spy", "unavailable", "imported torch.profiler trace: no Python samples"),
+        CollectorStatus(t0, "agent", "stopped", f"imported from {os.path.basename(source)}"),
+        Marker(t0, "imported torch.profiler trace", {"trace": os.path.abspath(source)}),
+    ]
+    write_recording(output, prelude, windows)
+    return ImportResult(source, output, len(windows), plan.n, plan.t1 - plan.t0)
+
+
+def read_windows(source: str, say: Progress) -> tuple[_Plan, list[OpWindow]]:
+    """A trace file read and reduced into op windows (of the target: pid 0)."""
     size = os.path.getsize(source) if os.path.isfile(source) else 0
     say(f"reading {source} ({size / 1e6:.1f} MB)")
     trace = read_trace(source)
@@ -90,14 +124,10 @@ def import_trace(path: str, output: str, progress: Progress | None = None) -> Im
     windows = list(_windows(plan, say))
     if not windows:
         raise BadInputFile(f"{source} has no complete events to import")
-    t0 = windows[0].t_start
-    prelude: list[Event] = [
-        TargetInfo(pid=plan.pid, started=t0),
-        StageRules(()),
-        CollectorStatus(t0, "py-spy", "unavailable", "imported torch.profiler trace: no Python samples"),
-        CollectorStatus(t0, "agent", "stopped", f"imported from {os.path.basename(source)}"),
-        Marker(t0, "imported torch.profiler trace", {"trace": os.path.abspath(source)}),
-    ]
+    return plan, windows
+
+
+def write_recording(output: str, prelude: list[Event], windows: list[OpWindow]) -> None:
     writer = RecordingWriter(output)
     try:
         writer.write(prelude)
@@ -107,7 +137,6 @@ def import_trace(path: str, output: str, progress: Progress | None = None) -> Im
             raise UsageError(f"cannot write {output}: {writer.failed}")
     finally:
         writer.close()
-    return ImportResult(source, output, len(windows), plan.n, plan.t1 - plan.t0, note)
 
 
 class _Plan:

@@ -1,18 +1,43 @@
-"""The report's ``processes`` section (recordings made with ``--children``) and its text and
-markdown renderings. ``null`` in the document when only the target was followed."""
+"""The report's ``processes`` section (recordings made with ``--children``, imported rank
+directories, merged recordings) and its text and markdown renderings; ``null`` in the document
+when the recording is of one process. Also the findings about one process among the others
+(``straggler``), which only a many-process recording can raise."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from infertop.analysis.findings import SEVERITY_ORDER
+from infertop.analysis.process_ops import process_ops
+from infertop.analysis.process_roles import host_of, rank_of
 from infertop.analysis.processes import process_shares
+from infertop.analysis.stragglers import process_steps, straggler_findings
+from infertop.config import FindingThresholds
 from infertop.model.session import Session
+
+
+def add_processes(
+    rep: dict[str, Any], session: Session, t: float | None, th: FindingThresholds | None = None
+) -> None:
+    """The ``processes`` section, and the per-process findings among the others."""
+    rep["processes"] = processes_section(session, t)
+    if not rep["processes"]:
+        return
+    names = {p["pid"]: f"{p['role']} (pid {p['pid']})" for p in rep["processes"]}
+    found = [f.as_dict() for f in straggler_findings(process_steps(session, t), names, th)]
+    if found:
+        rep["findings"] = sorted(rep["findings"] + found, key=lambda f: SEVERITY_ORDER[f["severity"]])
 
 
 def processes_section(session: Session, t: float | None = None) -> list[dict[str, Any]] | None:
     shares = process_shares(session, t)
     if not shares:
         return None
+    ops = process_ops(session, t)
+    hosts = host_of(session)
+    ranked = [rank_of(p.cmdline) for p in shares]
+    if all(r is not None for r in ranked):  # an imported rank directory: in rank order
+        shares = [p for _, p in sorted(zip(ranked, shares), key=lambda rp: rp[0])]
     rate = next((w.window.rate_hz for w in session.windows if w.window.rate_hz > 0), 0.0)
     t0 = session.t_first
     return [
@@ -21,6 +46,7 @@ def processes_section(session: Session, t: float | None = None) -> list[dict[str
             "ppid": p.ppid or None,
             "cmdline": p.cmdline,
             "role": p.role,
+            "host": hosts.get(p.pid),
             "samples": p.samples,
             "stages": [
                 {
@@ -33,6 +59,7 @@ def processes_section(session: Session, t: float | None = None) -> list[dict[str
             ],
             "gpu_memory_bytes": p.gpu_memory,
             "exited_after_s": None if p.exited_t is None else round(max(0.0, p.exited_t - t0), 3),
+            "ops": ops[p.pid].as_dict() if p.pid in ops else None,
         }
         for p in shares
     ]
@@ -49,17 +76,40 @@ def _exit_note(proc: dict[str, Any]) -> str:
     return note + ("" if gone is None else f" — exited after {gone:.1f} s")
 
 
+def _ops_note(proc: dict[str, Any]) -> str:
+    """Torch-profiler numbers of one process: steps, kernel time, GPU busy."""
+    o = proc.get("ops")
+    if not o:
+        return ""
+    parts = [f"{o['windows']} profiler windows"]
+    if o["steps"]:
+        parts.append(f"{o['steps']} steps, p50 {o['step_ms_p50']:.1f} ms")
+        if o["step_work_ms_p50"] is not None and o["step_work_ms_p50"] < o["step_ms_p50"] - 0.05:
+            parts.append(f"{o['step_work_ms_p50']:.1f} ms without NCCL")
+    k = o["kernel_time_us"]
+    if any(k.values()):
+        parts.append(
+            f"kernels {k['compute'] / 1000:.1f} ms compute, {k['communication'] / 1000:.1f} ms NCCL"
+        )
+    if o["gpu_busy_share"] is not None:
+        parts.append(f"GPU busy {100 * o['gpu_busy_share']:.0f}%")
+    return ", ".join(parts)
+
+
 def processes_text(rep: dict[str, Any]) -> list[str]:
     procs = rep.get("processes")
     if not procs:
         return []
-    out = [f"processes ({len(procs)} followed; the stages above are all of them merged):"]
+    out = [f"processes ({len(procs)}; the numbers above are all of them merged):"]
     for p in procs:
         out.append(
             f"  pid {p['pid']:<8} {p['role']:<17} {p['samples']:>7} samples{_exit_note(p)}"
         )
         out.append(f"      {(p['cmdline'] or '?')[:100]}")
-        out.append(f"      {_stage_list(p) or '(no active samples)'}")
+        if p["samples"] or not p.get("ops"):
+            out.append(f"      {_stage_list(p) or '(no active samples)'}")
+        if p.get("ops"):
+            out.append(f"      {_ops_note(p)}")
     out.append("")
     return out
 
@@ -69,12 +119,13 @@ def processes_markdown(rep: dict[str, Any]) -> list[str]:
     if not procs:
         return []
     out = ["", "## Processes", ""]
-    out += [f"{len(procs)} followed; the stages above are all of them merged.", ""]
-    out += ["| pid | role | samples | stages | command |", "|---:|---|---:|---|---|"]
+    out += [f"{len(procs)} processes; the numbers above are all of them merged.", ""]
+    out += ["| pid | role | samples | stages | torch profiler | command |",
+            "|---:|---|---:|---|---|---|"]  # fmt: skip
     for p in procs:
         cmd = (p["cmdline"] or "?")[:100].replace("|", "\\|").replace("`", "'")
         out.append(
             f"| {p['pid']} | {p['role']}{_exit_note(p)} | {p['samples']} | "
-            f"{_stage_list(p)} | `{cmd}` |"
+            f"{_stage_list(p)} | {_ops_note(p)} | `{cmd}` |"
         )
     return out

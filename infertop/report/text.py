@@ -108,7 +108,8 @@ def render_text(rep: dict[str, Any]) -> str:
     out.append("findings:")
     if rep["findings"]:
         for f in rep["findings"]:
-            out.append(f"  [{f['severity']}] {f['rule']}: {f['title']}")
+            proc = f" (pid {f['pid']})" if f.get("pid") is not None else ""
+            out.append(f"  [{f['severity']}] {f['rule']}{proc}: {f['title']}")
             if f["where"]:
                 out.append(f"      at: {'; '.join(f['where'][:3])}")
             out.append(f"      fix: {f['hint']}")
@@ -163,7 +164,10 @@ def render_markdown(rep: dict[str, Any]) -> str:
     if rep["findings"]:
         for f in rep["findings"]:
             where = f" At {', '.join(f'`{w}`' for w in f['where'][:3])}." if f["where"] else ""
-            out.append(f"- **{f['severity']}** `{f['rule']}` — {f['title']}.{where} Fix: {f['hint']}")
+            proc = f" (pid {f['pid']})" if f.get("pid") is not None else ""
+            out.append(
+                f"- **{f['severity']}** `{f['rule']}`{proc} — {f['title']}.{where} Fix: {f['hint']}"
+            )
     else:
         out.append("No bottleneck rule fired.")
     out += ["", "## Stages", "", "| stage | share | seconds | p50 ms | p99 ms | calls |", "|---|---:|---:|---:|---:|---:|"]

@@ -16,7 +16,7 @@ from infertop.analysis.snapshot import build_snapshot
 from infertop.analysis.trace_ops import op_table
 from infertop.collect.kineto import read_trace
 from infertop.config import Config
-from infertop.model.events import OpWindow
+from infertop.model.events import OpWindow, ProcessDef
 from infertop.record.reader import read_recording
 from infertop.sources import ReplaySource
 
@@ -125,7 +125,7 @@ def test_a_relative_time_trace_gets_unix_time_from_its_base(tmp_path: Path) -> N
     assert w.gpu is None and not w.kernels
 
 
-def test_a_directory_of_ranks_imports_the_first_and_says_so(tmp_path: Path) -> None:
+def test_a_directory_of_ranks_imports_every_rank_as_a_process(tmp_path: Path) -> None:
     d = tmp_path / "ranks"
     d.mkdir()
     shutil.copy(trace("a100_alexnet_pageable_memcpy"), d / "rank10.json.gz")
@@ -133,9 +133,13 @@ def test_a_directory_of_ranks_imports_the_first_and_says_so(tmp_path: Path) -> N
     out = tmp_path / "r.infertop"
     p = run("import", str(d), "-o", str(out))
     assert p.returncode == 0, p.stderr
-    assert "holds 2 traces" in p.stderr and "rank2.json.gz" in p.stderr.splitlines()[0]
+    assert "2 ranks, one process each" in p.stderr and "share its clock" in p.stderr
     rec = read_recording(str(out))
-    assert not any(isinstance(e, OpWindow) and e.kernels for e in rec.events)  # rank 2: CPU only
+    procs = {e.pid: e.cmdline for e in rec.events if isinstance(e, ProcessDef)}
+    # distributedInfo names ranks 0 and 34; the directory's natural order puts rank2 first
+    assert sorted(procs.values()) == ["rank 0 (rank10.json.gz)", "rank 34 (rank2.json.gz)"]
+    kernels = {e.pid for e in rec.events if isinstance(e, OpWindow) and e.kernels}
+    assert [procs[p] for p in kernels] == ["rank 0 (rank10.json.gz)"]  # rank 34: CPU only
 
 
 def _bad(tmp_path: Path, name: str, data: bytes) -> Path:

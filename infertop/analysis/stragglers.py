@@ -1,0 +1,149 @@
+"""Stragglers: a process (a rank of a job, a replica on another host) whose steps are
+consistently slower than the others'.
+
+What is compared is each ``ProfilerStep#N`` of each process, matched by N across processes:
+its **work time**, the step's wall time less the NCCL (communication) kernel time of the step.
+Ranks that run collectives wait for the slowest of them inside NCCL kernels, so their wall times
+come out nearly equal however uneven the work; taking the communication time out leaves each
+rank's own work, and the straggler is the one with the most. Without collectives the work time
+is the step's wall time. The communication time is known where an op window is one step (an
+imported trace; an agent window that one step fills), else it counts as 0.
+
+A process is a straggler when, over the steps every compared process has, its work time is at
+least ``straggler_slower`` (10 %) above the median of the other processes' in more than
+``straggler_steps_share`` of the steps, and its median excess is above that too.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from statistics import median
+from typing import TYPE_CHECKING
+
+from infertop.config import FindingThresholds
+
+if TYPE_CHECKING:
+    from infertop.analysis.findings import Finding
+    from infertop.model.events import OpWindow
+    from infertop.model.session import Session
+
+STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
+FILLED = 0.8  # a window is "one step" when that step covers this much of it
+
+
+@dataclass(frozen=True)
+class Step:
+    wall_ms: float
+    comm_ms: float  # NCCL kernel time of the step (0: not known)
+
+    @property
+    def work_ms(self) -> float:
+        return max(0.0, self.wall_ms - self.comm_ms)
+
+
+@dataclass(frozen=True)
+class Straggler:
+    pid: int
+    excess: float  # median over the steps of (its work / the others' median work) - 1
+    slow_steps: int  # steps in which it was slower than the others' median by the threshold
+    slowest_steps: int  # steps in which it was the slowest of all
+    steps: int  # steps compared
+    median_ms: dict[int, float]  # every compared process's median work time per step
+    median_wall_ms: dict[int, float]
+
+
+def window_steps(w: OpWindow) -> list[tuple[int, Step]]:
+    """The ``ProfilerStep#N`` steps that start in an op window."""
+    found = [(int(m.group(1)), a) for a in w.annotations if (m := STEP_RE.match(a.name))]
+    if not found:
+        return []
+    span = w.t_end - w.t_start
+    one = len(found) == 1 and span > 0 and (found[0][1].t_end - found[0][1].t_start) >= FILLED * span
+    comm_us = sum(k.total_us for k in w.kernels if k.kind == "communication") if one else 0.0
+    return [(n, Step((a.t_end - a.t_start) * 1000.0, comm_us / 1000.0)) for n, a in found]
+
+
+def process_steps(session: Session, t: float | None = None) -> dict[int, dict[int, Step]]:
+    """pid -> step number -> its step, from the op windows up to ``t``."""
+    target = session.target.pid or 0
+    out: dict[int, dict[int, Step]] = {}
+    for w in session.op_windows_between(None, t):
+        for n, step in window_steps(w):
+            out.setdefault(w.pid or target, {})[n] = step
+    return out
+
+
+def find_stragglers(
+    steps: dict[int, dict[int, Step]], th: FindingThresholds | None = None
+) -> list[Straggler]:
+    th = th or FindingThresholds()
+    procs = {pid: s for pid, s in steps.items() if len(s) >= th.straggler_min_steps}
+    if len(procs) < 2:
+        return []
+    common = sorted(set.intersection(*(set(s) for s in procs.values())))
+    if len(common) < th.straggler_min_steps:
+        return []
+    work = {pid: [s[n].work_ms for n in common] for pid, s in procs.items()}
+    walls = {pid: median(s[n].wall_ms for n in common) for pid, s in procs.items()}
+    medians = {pid: median(v) for pid, v in work.items()}
+    out = []
+    for pid, mine in work.items():
+        ratios, slowest = [], 0
+        for k in range(len(common)):
+            others = [work[o][k] for o in work if o != pid]
+            ref = median(others)
+            ratios.append(mine[k] / ref - 1 if ref > 0 else 0.0)
+            slowest += mine[k] > max(others)
+        slow = sum(r >= th.straggler_slower for r in ratios)
+        excess = median(ratios)
+        if slow > th.straggler_steps_share * len(common) and excess >= th.straggler_slower:
+            out.append(Straggler(pid, excess, slow, slowest, len(common), medians, walls))
+    return sorted(out, key=lambda s: -s.excess)
+
+
+def straggler_findings(
+    steps: dict[int, dict[int, Step]],
+    names: dict[int, str],
+    th: FindingThresholds | None = None,
+) -> list[Finding]:
+    """One ``straggler`` finding per straggling process; ``names``: pid -> how to call it."""
+    from infertop.analysis.findings import Finding
+
+    out = []
+    for s in find_stragglers(steps, th):
+        name = names.get(s.pid, f"pid {s.pid}")
+        others = [ms for pid, ms in s.median_ms.items() if pid != s.pid]
+        severity = "high" if s.excess >= 0.25 else "medium" if s.excess >= 0.15 else "low"
+        comm = any(st.comm_ms > 0 for st in steps[s.pid].values())
+        out.append(
+            Finding(
+                "straggler",
+                severity,
+                f"{name} is a straggler: its steps take {100 * s.excess:.0f}% longer than the "
+                f"others' ({s.median_ms[s.pid]:.1f} ms vs {median(others):.1f} ms per step; "
+                f"slower in {s.slow_steps} of {s.steps} steps)",
+                {
+                    "pid": s.pid,
+                    "metric": "step time less NCCL kernel time" if comm else "step time",
+                    "excess": round(s.excess, 4),
+                    "steps_compared": s.steps,
+                    "steps_slower": s.slow_steps,
+                    "steps_slowest": s.slowest_steps,
+                    "median_step_ms": {
+                        names.get(p, f"pid {p}"): round(ms, 3) for p, ms in s.median_ms.items()
+                    },
+                    "median_step_wall_ms": {
+                        names.get(p, f"pid {p}"): round(ms, 3) for p, ms in s.median_wall_ms.items()
+                    },
+                },
+                (name,),
+                "find why this process is slower than its peers: uneven inputs (batch sizes, "
+                "sequence lengths, data loader shards), its GPU's clocks and thermal or power "
+                "throttling (nvidia-smi -q -d PERFORMANCE), CPU contention on its host (other "
+                "jobs, too few cores per rank, NUMA placement), a slower NCCL path (PCIe instead "
+                "of NVLink: nvidia-smi topo -m, NCCL_DEBUG=INFO)",
+                pid=s.pid,
+            )
+        )
+    return out
