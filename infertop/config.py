@@ -5,6 +5,7 @@ A config file looks like::
     [collect]
     rate = 100          # py-spy samples per second
     window = 1.0        # seconds per py-spy window
+    retain = 300        # seconds of full detail a live session keeps (older: summed)
 
     [stages]            # extra stage rules, tried before the defaults
     preprocess = ["*server.py:encode_batch", "parse_request"]
@@ -134,6 +135,9 @@ class CollectConfig:
     rate_hz: float = 100.0
     window_s: float = 1.0
     history_windows: int = 120  # windows kept for the stage history sparkline
+    #: seconds of full detail a live session keeps; older windows, spans and op windows are
+    #: folded into whole-session summaries (docs/performance.md, "infertop's own memory")
+    retain_s: float = 300.0
 
 
 @dataclass(frozen=True)
@@ -211,6 +215,8 @@ def load_config(path: str | None) -> Config:
             collect = replace(collect, rate_hz=_positive(raw_collect["rate"], "collect.rate", path))
         if "window" in raw_collect:
             collect = replace(collect, window_s=_positive(raw_collect["window"], "collect.window", path))
+        if "retain" in raw_collect:
+            collect = replace(collect, retain_s=_positive(raw_collect["retain"], "collect.retain", path))
     except (TypeError, ValueError) as exc:
         raise UsageError(str(exc)) from None
     rules: list[tuple[str, str]] = []

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 import time
-
 from collections.abc import Sequence
 
 from infertop.collect.base import Collector
@@ -36,7 +35,7 @@ def record_headless(
         while True:
             src.pump()
             elapsed = time.monotonic() - started
-            samples = sum(w.active for w in src.session.windows)
+            samples = src.session.samples
             size = src.writer.bytes_written if src.writer else 0
             line = (
                 f"recording pid {target.pid} → {path}: {elapsed:5.1f}"
@@ -65,11 +64,10 @@ def record_headless(
         src.stop()
     if tty:
         sys.stderr.write("\n")
-    windows = src.session.windows
-    samples = sum(w.active for w in windows)
+    samples = src.session.samples
     procs = len(src.session.processes)  # --children
     print(
-        f"wrote {path}: {len(windows)} windows, {samples} samples"
+        f"wrote {path}: {src.session.window_count} windows, {samples} samples"
         + (f", {procs} processes" if procs else "")
         + f" ({reason})",
         file=sys.stderr,

@@ -50,7 +50,10 @@ class LiveSource:
         statuses: Sequence[CollectorStatus] = (),
     ) -> None:
         self.config = config
-        self.session = Session(classifier=StageClassifier(config.stage_rules))
+        # bounded: older detail folded into summaries (the recording keeps everything)
+        self.session = Session(
+            classifier=StageClassifier(config.stage_rules), retain_s=config.collect.retain_s
+        )
         self.session.apply(target)
         nvml = next((c for c in collectors or () if getattr(c, "name", None) == "nvml"), None)
         # the GPU panel says from the first frame whether there is a GPU, and if not, why

@@ -119,6 +119,40 @@ class OpTotals:
             self.span_us += w.gpu.span_us
             self.max_gap_us = max(self.max_gap_us, w.gpu.max_gap_us)
 
+    def absorb(self, other: OpTotals) -> None:
+        """Add another ``OpTotals`` (windows merged elsewhere, e.g. folded by a bounded session)."""
+        self.windows += other.windows
+        self.truncated += other.truncated
+        self.seconds += other.seconds
+        for key, acc in other.paths.items():
+            mine = self.paths.setdefault(key, [0, 0.0, 0.0])
+            for i in range(3):
+                mine[i] += acc[i]
+        for kkey, kacc in other.kernels.items():
+            k = self.kernels.get(kkey)
+            if k is None:
+                self.kernels[kkey] = list(kacc)
+            else:
+                k[0] += kacc[0]
+                k[1] += kacc[1]
+                k[2] = min(k[2], kacc[2])
+                k[3] = max(k[3], kacc[3])
+        for mkey, macc in other.memcpy.items():
+            m = self.memcpy.setdefault(mkey, [0, 0, 0.0])
+            for i in range(3):
+                m[i] += macc[i]
+        for ykey, yacc in other.syncs.items():
+            y = self.syncs.setdefault(ykey, [0, 0.0])
+            y[0] += yacc[0]
+            y[1] += yacc[1]
+        self.busy_us += other.busy_us
+        self.span_us += other.span_us
+        self.max_gap_us = max(self.max_gap_us, other.max_gap_us)
+        self.timed += other.timed
+        self.top_ops += other.top_ops
+        self.in_ops_us += other.in_ops_us
+        self.forward_wall_us += other.forward_wall_us
+
     def op_time(self) -> OpTime | None:
         """The op thread's time summed over the windows that measured it."""
         if not self.timed:
@@ -140,25 +174,40 @@ def merge_windows(windows: Iterable[OpWindow]) -> OpTotals:
 
 
 class OpAccumulator:
-    """``OpTotals`` over op windows [0, n) of a session, extended while the range only grows."""
+    """``OpTotals`` over op windows [0, n) of a session, extended while the range only grows.
+
+    A bounded session folds its oldest windows into ``folded`` and keeps the rest in
+    ``windows``, whose first element is then window number ``base`` of the session."""
 
     def __init__(self) -> None:
         self.totals = OpTotals()
-        self.n = 0
+        self.n = 0  # windows merged, counted from the session's first
         self._session = 0
         self._last: OpWindow | None = None  # window n-1 when last extended
 
-    def upto(self, windows: list[OpWindow], session_id: int, n: int) -> OpTotals:
+    def upto(
+        self,
+        windows: list[OpWindow],
+        session_id: int,
+        n: int,
+        folded: OpTotals | None = None,
+        base: int = 0,
+    ) -> OpTotals:
+        """Totals over the first ``n`` windows of ``windows`` (plus ``folded``, if any)."""
+        end = base + n
         stale = (
             session_id != self._session
-            or n < self.n
-            or (self.n > 0 and windows[self.n - 1] is not self._last)
+            or end < self.n
+            or self.n < base  # windows merged here were folded meanwhile: start from the fold
+            or (self.n > base and windows[self.n - 1 - base] is not self._last)
         )
         if stale:
-            self.totals, self.n = OpTotals(), 0
-        for w in windows[self.n : n]:
+            self.totals, self.n = OpTotals(), base
+            if folded is not None:
+                self.totals.absorb(folded)
+        for w in windows[self.n - base : n]:
             self.totals.add(w)
-        self.n, self._session = n, session_id
+        self.n, self._session = end, session_id
         self._last = windows[n - 1] if n else None
         return self.totals
 

@@ -33,15 +33,24 @@ class ProcessFilter:
     def __init__(self) -> None:
         self._key: tuple[int, int] | None = None  # (id(session), pid)
         self._windows: list[WindowSummary] = []
+        self._base = 0  # session window number of _windows[0] (a bounded session folds)
         self._stacks: dict[int, int] = {}
 
     def windows(
         self, session: Session, pid: int, n: int
     ) -> tuple[list[WindowSummary], dict[int, int]]:
-        """The first ``n`` session windows, filtered to ``pid``; and their stack counts."""
+        """The first ``n`` session windows kept (a bounded session's folded ones are in its
+        ``folded_by_pid``), filtered to ``pid``; and their stack counts, folded ones included."""
         key = (id(session), pid)
-        if key != self._key or n < len(self._windows):
-            self._key, self._windows, self._stacks = key, [], {}
+        base = session.windows_folded
+        seen = self._base + len(self._windows)
+        if key != self._key or base + n < seen or seen < base:
+            folded = session.folded_by_pid.get(pid)
+            self._key, self._windows, self._base = key, [], base
+            self._stacks = dict(folded.stacks) if folded is not None else {}
+        elif self._base < base:  # the session folded some: so do we
+            del self._windows[: base - self._base]
+            self._base = base
         owner = session.thread_pid
         target = session.target.pid
         for ws in session.windows[len(self._windows) : n]:

@@ -67,6 +67,8 @@ def process_shares(session: Session, t: float | None = None) -> list[ProcessShar
     target = session.target.pid
     owner = session.thread_pid
     counts: dict[int, dict[str, int]] = {pid: {} for pid in session.processes}
+    for pid, folded in session.folded_by_pid.items():  # a bounded session's older windows
+        counts[pid] = {s: n for s, n in folded.stage_counts.items() if s != IDLE and n}
     for w in session.windows_between(None, t):
         for tid, sid, n in w.window.counts:
             stage = session.stage_of(sid)

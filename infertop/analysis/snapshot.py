@@ -29,10 +29,11 @@ from infertop.model.events import (
     TargetExited,
     TargetInfo,
 )
-from infertop.model.session import Session, WindowSummary
+from infertop.model.session import Session, WindowSummary, WindowTotals
 
 if TYPE_CHECKING:
     from infertop.analysis.findings import Finding
+    from infertop.analysis.process_table import ProcessRow
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,8 @@ class Snapshot:
     processes: tuple[tuple[int, str], ...] = ()
     process: int | None = None
     processes_exited: tuple[int, ...] = ()  # the followed processes seen to exit by t
+    #: the process selector's rows (key W): filled in by the UI's ingest worker
+    process_rows: tuple[ProcessRow, ...] = ()
 
     @property
     def duration_s(self) -> float:
@@ -88,7 +91,10 @@ class Snapshot:
 
 
 class StackAccumulator:
-    """Stack counts over windows [0, n), extended incrementally while the range only grows."""
+    """Stack counts over windows [0, n), extended incrementally while the range only grows.
+
+    ``n`` counts from the session's first window; windows a bounded session folded are read
+    from its folded stack counts."""
 
     def __init__(self) -> None:
         self.n = 0
@@ -96,17 +102,22 @@ class StackAccumulator:
         self.session_id = 0
 
     def upto(self, session: Session, n: int) -> dict[int, int]:
-        if id(session) != self.session_id or n < self.n:
-            self.n, self.counts, self.session_id = 0, {}, id(session)
-        for ws in session.windows[self.n : n]:
+        """Stack counts over the folded windows and the first ``n`` kept ones."""
+        base = session.windows_folded
+        end = base + n
+        if id(session) != self.session_id or end < self.n or self.n < base:
+            self.n, self.counts, self.session_id = base, dict(session.folded.stacks), id(session)
+        for ws in session.windows[self.n - base : n]:
             for _tid, sid, c in ws.window.counts:
                 self.counts[sid] = self.counts.get(sid, 0) + c
-        self.n = n
+        self.n = end
         return self.counts
 
 
-def _sum_stage_counts(windows: list[WindowSummary]) -> dict[str, int]:
-    out: dict[str, int] = {}
+def _sum_stage_counts(
+    windows: list[WindowSummary], folded: dict[str, int] | None = None
+) -> dict[str, int]:
+    out: dict[str, int] = dict(folded or {})
     for ws in windows:
         for s, n in ws.stage_counts.items():
             out[s] = out.get(s, 0) + n
@@ -146,20 +157,27 @@ def build_snapshot(
     windows = session.windows_between(None, t)
     t_now = t if t is not None else session.t_last
     rate = windows[-1].window.rate_hz if windows else 0.0
+    # a bounded session's windows past its horizon, summed (a playhead is never before them:
+    # replay's sessions are not bounded)
+    folded: WindowTotals = session.folded
     if process is not None and process in session.processes:
         # one process of a --children session: its samples only (ops stay the target's)
         windows, stack_counts = (process_filter or ProcessFilter()).windows(
             session, process, len(windows)
         )
+        folded = session.folded_by_pid.get(process) or WindowTotals()
     else:
         process = None
         acc = accumulator or StackAccumulator()
         stack_counts = acc.upto(session, len(windows))
     frames_of = session.symbols.stack_frames
     duration = max(0.0, t_now - session.t_first)
-    durations_ms = session.span_durations(t)  # every span so far, kept sorted by the session
-    span_list = session.spans_between(None, t) if durations_ms is None else []
-    totals = stage_shares(_sum_stage_counts(windows), rate, span_list, duration, durations_ms)
+    latencies = session.span_latencies(t)  # every span so far, folded ones included
+    span_list = session.spans_between(None, t) if latencies is None else []
+    totals = stage_shares(
+        _sum_stage_counts(windows, folded.stage_counts), rate, span_list, duration,
+        latencies=latencies,
+    )  # fmt: skip
     recent_windows = [w for w in windows if w.window.t_end > t_now - recent_s]
     recent = stage_shares(
         _sum_stage_counts(recent_windows),
@@ -167,10 +185,15 @@ def build_snapshot(
         session.spans_between(t_now - recent_s, t),
         recent_s,
     )
-    sampled = sum(w.window.t_end - w.window.t_start for w in windows)
+    sampled = folded.sampled_s + sum(w.window.t_end - w.window.t_start for w in windows)
     items = list(stack_counts.items())
     n_ops = len(session.op_windows_between(None, t))
-    op_totals = (op_accumulator or OpAccumulator()).upto(session.op_windows, id(session), n_ops)
+    op_totals = (op_accumulator or OpAccumulator()).upto(
+        session.op_windows, id(session), n_ops, session.folded_ops, session.op_windows_folded
+    )
+    working = working_windows(windows)
+    if folded.windows:
+        working = folded.working + (working or [])
     paths = op_totals.merged_paths()
     return Snapshot(
         t=t_now,
@@ -183,8 +206,8 @@ def build_snapshot(
         stage_filter=stage_filter,
         top=tuple(top_frames(items, frames_of, session.stage_of)),
         statuses=tuple(session.statuses.values()),
-        samples=sum(w.active for w in windows),
-        errors=sum(w.window.errors for w in windows),
+        samples=folded.active + sum(w.active for w in windows),
+        errors=folded.errors + sum(w.window.errors for w in windows),
         lag_s=windows[-1].window.lag_s if windows else 0.0,
         rate_hz=rate,
         coverage=sampled / duration if duration > 0 else 0.0,
@@ -208,7 +231,7 @@ def build_snapshot(
             history,
             gpu_accumulator,
             id(session),
-            working_windows(windows),
+            working,
         ),
         processes=process_labels(session) if session.processes else (),
         processes_exited=tuple(exit_times(session, t)) if session.processes else (),

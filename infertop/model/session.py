@@ -3,6 +3,12 @@
 Live collection and replay feed the same ``Session`` (``apply``), so every view works on both.
 Interning of raw py-spy windows into frame/stack ids happens here too (``intern``), which is
 where definition events for the recording come from.
+
+A live session is bounded (``retain_s``): sample windows, stage spans, op windows and allocator
+readings older than the horizon are folded into running summaries (stage and stack counts,
+span-duration histograms, merged op totals), so whole-session numbers stay whole while memory
+stops growing. The recording on disk keeps everything; replay and report read it into an
+unbounded session (``retain_s=None``).
 """
 
 from __future__ import annotations
@@ -10,6 +16,9 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field, replace
 
+from infertop.analysis.latency_sketch import DurationHistogram
+from infertop.analysis.ops import OpTotals
+from infertop.analysis.shares import Latency
 from infertop.analysis.stages import IDLE, StageClassifier
 from infertop.model.events import (
     AllocatorReading,
@@ -40,6 +49,42 @@ class WindowSummary:
     idle: int
 
 
+@dataclass(slots=True)
+class WindowTotals:
+    """Sample windows summed: what a bounded session keeps of windows past its horizon."""
+
+    windows: int = 0
+    stage_counts: dict[str, int] = field(default_factory=dict)
+    stacks: dict[int, int] = field(default_factory=dict)  # stack id -> samples
+    active: int = 0
+    errors: int = 0
+    sampled_s: float = 0.0
+    t_first: float | None = None  # the first folded window's start
+    t_end: float = float("-inf")  # the newest folded window's end
+    #: (start, end) of the stretches in which the target did work (samples outside idle and
+    #: queue), neighbours less than a second apart joined: when the GPU should have been busy
+    working: list[tuple[float, float]] = field(default_factory=list)
+
+    def add(self, ws: WindowSummary) -> None:
+        w = ws.window
+        self.windows += 1
+        for s, n in ws.stage_counts.items():
+            self.stage_counts[s] = self.stage_counts.get(s, 0) + n
+        for _tid, sid, n in w.counts:
+            self.stacks[sid] = self.stacks.get(sid, 0) + n
+        self.active += ws.active
+        self.errors += w.errors
+        self.sampled_s += w.t_end - w.t_start
+        if self.t_first is None:
+            self.t_first = w.t_start
+        self.t_end = max(self.t_end, w.t_end)
+        if any(n for s, n in ws.stage_counts.items() if s not in (IDLE, "queue")):
+            if self.working and w.t_start - self.working[-1][1] < 1.0:
+                self.working[-1] = (self.working[-1][0], max(self.working[-1][1], w.t_end))
+            else:
+                self.working.append((w.t_start, w.t_end))
+
+
 @dataclass
 class Session:
     classifier: StageClassifier = field(default_factory=StageClassifier)
@@ -66,6 +111,18 @@ class Session:
     _span_ms: dict[str, list[float]] = field(default_factory=dict)
     _span_ms_sorted: bool = True
     _span_last_end: float = float("-inf")
+    #: full detail is kept for this many seconds before the newest event; older windows, spans,
+    #: op windows and allocator readings are folded (None: keep everything, as replay does)
+    retain_s: float | None = None
+    folded: WindowTotals = field(default_factory=WindowTotals)
+    #: with --children: the folded windows' stage and stack counts of each process
+    folded_by_pid: dict[int, WindowTotals] = field(default_factory=dict)
+    folded_spans: dict[str, DurationHistogram] = field(default_factory=dict)
+    folded_ops: OpTotals = field(default_factory=OpTotals)
+    op_windows_folded: int = 0
+    _op_t_first: float | None = None
+    _newest: float = float("-inf")
+    _next_fold: float = float("inf")
 
     # -- building ---------------------------------------------------------------------------
     def intern(self, raw: object) -> list[Event]:
@@ -114,6 +171,7 @@ class Session:
         """Add one event to the timeline. Definitions made by ``intern`` are already known."""
         if isinstance(ev, SampleWindow):
             self._add_window(ev)
+            self._saw(ev.t_end)
         elif isinstance(ev, FrameDef):
             if ev.frame_id == len(self.symbols.frames):
                 self.symbols.define_frame(ev)
@@ -133,14 +191,17 @@ class Session:
             self._span_ms.setdefault(ev.stage, []).append((ev.t_end - ev.t_start) * 1000.0)
             self._span_ms_sorted = False
             self._span_last_end = max(self._span_last_end, ev.t_end)
+            self._saw(ev.t_end)
         elif isinstance(ev, OpWindow):
             i = bisect.bisect_right(self._op_ends, ev.t_end)
             self._op_ends.insert(i, ev.t_end)
             self.op_windows.insert(i, ev)
+            self._saw(ev.t_end)
         elif isinstance(ev, AllocatorReading):
             i = bisect.bisect_right(self._alloc_ts, ev.t)
             self._alloc_ts.insert(i, ev.t)
             self.allocator.insert(i, ev)
+            self._saw(ev.t)
         elif isinstance(ev, GpuReading):
             i = bisect.bisect_right(self._gpu_ts, ev.t)
             self._gpu_ts.insert(i, ev.t)
@@ -151,6 +212,92 @@ class Session:
             self.exited = ev
         elif isinstance(ev, Marker):
             self.markers.append(ev)
+
+    # -- bounding ---------------------------------------------------------------------------
+    def _saw(self, t: float) -> None:
+        """Note the newest time seen; fold what fell past the horizon, a tenth of it at a time
+        (so folding is an occasional batch, not work on every event)."""
+        if self.retain_s is None or t <= self._newest:
+            return
+        self._newest = t
+        if self._next_fold == float("inf"):
+            self._next_fold = t + self.retain_s * 1.1
+        elif t >= self._next_fold:
+            self.fold(t - self.retain_s)
+            self._next_fold = t + self.retain_s * 0.1
+
+    def fold(self, before: float) -> None:
+        """Fold windows, spans and op windows that ended before ``before`` into the session's
+        summaries, and drop allocator readings older than the newest one before it."""
+        # sample windows (ordered by end)
+        n = bisect.bisect_left(self._window_ends, before)
+        if n:
+            owner, target = self.thread_pid, self.target.pid or 0
+            for ws in self.windows[:n]:
+                self.folded.add(ws)
+                if self.processes:
+                    self._fold_by_pid(ws, owner, target)
+            del self.windows[:n]
+            del self._window_ends[:n]
+        # stage spans (nearly ordered: batches from several threads)
+        old = [sp for sp in self.spans if sp.t_end < before]
+        if old:
+            self.spans = [sp for sp in self.spans if sp.t_end >= before]
+            by_stage: dict[str, list[float]] = {}
+            for sp in old:
+                by_stage.setdefault(sp.stage, []).append((sp.t_end - sp.t_start) * 1000.0)
+            for stage, ms in by_stage.items():
+                self.folded_spans.setdefault(stage, DurationHistogram()).add_many(ms)
+            self._span_ms = {}
+            for sp in self.spans:
+                self._span_ms.setdefault(sp.stage, []).append((sp.t_end - sp.t_start) * 1000.0)
+            self._span_ms_sorted = False
+        # op windows (ordered by end)
+        n = bisect.bisect_left(self._op_ends, before)
+        if n:
+            if self._op_t_first is None:
+                self._op_t_first = self.op_windows[0].t_start
+            for w in self.op_windows[:n]:
+                self.folded_ops.add(w)
+            self.op_windows_folded += n
+            del self.op_windows[:n]
+            del self._op_ends[:n]
+        # allocator readings: only the newest before the horizon still answers allocator_at
+        n = bisect.bisect_left(self._alloc_ts, before) - 1
+        if n > 0:
+            del self.allocator[:n]
+            del self._alloc_ts[:n]
+
+    def _fold_by_pid(self, ws: WindowSummary, owner: dict[int, int], target: int) -> None:
+        """The window as each process's view (``ProcessFilter``) sees it, folded per process."""
+        per: dict[int, list[tuple[int, int, int]]] = {pid: [] for pid in self.processes}
+        for c in ws.window.counts:
+            per.setdefault(owner.get(c[0], target), []).append(c)
+        for pid, counts in per.items():
+            stage_counts: dict[str, int] = {}
+            active = 0
+            for _tid, sid, n in counts:
+                stage = self.stage_of(sid)
+                if stage != IDLE:
+                    stage_counts[stage] = stage_counts.get(stage, 0) + n
+                    active += n
+            stage_counts[IDLE] = 0
+            mine = WindowSummary(replace(ws.window, counts=tuple(counts)), stage_counts, active, 0)
+            self.folded_by_pid.setdefault(pid, WindowTotals()).add(mine)
+
+    @property
+    def windows_folded(self) -> int:
+        return self.folded.windows
+
+    @property
+    def window_count(self) -> int:
+        """Sample windows in the whole session, folded ones included."""
+        return self.folded.windows + len(self.windows)
+
+    @property
+    def samples(self) -> int:
+        """Active samples in the whole session, folded windows included."""
+        return self.folded.active + sum(w.active for w in self.windows)
 
     def _merge_target(self, ev: TargetInfo) -> TargetInfo:
         """A later TargetInfo for the same pid fills in what was unknown (the agent's torch
@@ -188,7 +335,11 @@ class Session:
     @property
     def t_first(self) -> float:
         firsts = [self.windows[0].window.t_start] if self.windows else []
-        if self.op_windows:
+        if self.folded.t_first is not None:
+            firsts = [self.folded.t_first]
+        if self._op_t_first is not None:
+            firsts.append(self._op_t_first)
+        elif self.op_windows:
             firsts.append(self.op_windows[0].t_start)
         return min(firsts) if firsts else self.target.started
 
@@ -226,7 +377,8 @@ class Session:
 
     def span_durations(self, t: float | None) -> dict[str, list[float]] | None:
         """Durations (ms) of the spans ending by ``t``, by stage, each list sorted — when that is
-        every span (live, and replay at its playhead); None otherwise (use ``spans_between``).
+        every span kept (live, and replay at its playhead); None otherwise (use
+        ``spans_between``). Folded spans are not in them (``span_latencies`` counts those too).
         The lists are the session's own: read them, do not change them."""
         if t is not None and self._span_last_end > t:
             return None
@@ -235,6 +387,21 @@ class Session:
                 durations.sort()
             self._span_ms_sorted = True
         return self._span_ms
+
+    def span_latencies(self, t: float | None) -> dict[str, tuple[int, Latency]] | None:
+        """Calls and p50/p95/p99 (ms) by stage over every span ending by ``t`` — folded spans
+        included — when that is every span (live, and replay at its playhead); None otherwise
+        (use ``spans_between``). Exact while nothing is folded; within 0.5 % after."""
+        exact = self.span_durations(t)
+        if exact is None:
+            return None
+        out: dict[str, tuple[int, Latency]] = {}
+        for stage in set(exact) | set(self.folded_spans):
+            hist = self.folded_spans.get(stage) or DurationHistogram()
+            got = hist.latency(exact.get(stage, ()))
+            if got is not None:
+                out[stage] = got
+        return out
 
     def spans_between(self, t0: float | None, t1: float | None) -> list[StageSpan]:
         return [

@@ -1,0 +1,107 @@
+"""A live session is bounded: past its horizon, windows, spans and op windows are folded into
+summaries, so what it holds stops growing while every view still shows the whole session."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from infertop.analysis.ops import OpAccumulator
+from infertop.analysis.snapshot import StackAccumulator, build_snapshot
+from infertop.model.events import StageSpan
+from infertop.model.session import Session
+from tests.collect.ops_data import make_allocator, make_op_window
+from tests.tui.tui_data import MAIN_TID, TARGET, make_window
+
+T0 = TARGET.started
+
+
+def feed(sessions: list[Session], seconds: int, seed: int = 11, after=None) -> None:
+    """The TUI tests' batching server at real rates: a 1 s py-spy window, 40 forward spans and
+    an allocator reading a second, a torch-profiler window every 10 s."""
+    rng = random.Random(seed)
+    for s in sessions:
+        s.apply(TARGET)
+    for i in range(seconds):
+        raw = make_window(rng, T0 + i, 1.0, phase=(i % 300) / 300)
+        events = list(sessions[0].intern(raw))
+        for s in sessions[1:]:
+            assert list(s.intern(raw)) == events  # same interning: same ids
+        for k in range(40):
+            start = T0 + i + k * 0.025
+            events.append(StageSpan(MAIN_TID, "forward", start, start + rng.lognormvariate(-3.5, 0.5)))
+            if k % 4 == 0:
+                events.append(StageSpan(MAIN_TID, "preprocess", start, start + rng.expovariate(200)))
+        events.append(make_allocator(T0 + i + 0.5, i))
+        if i % 10 == 1:
+            events.append(make_op_window(rng, T0 + i + 0.2))
+        for s in sessions:
+            for ev in events:
+                s.apply(ev)
+        if after is not None:
+            after(i)
+
+
+def tree(node) -> list:
+    """A flame tree as plain data, to compare two."""
+    out = [(node.frame, node.total, node.self_count, dict(node.stages))]
+    for child in node.children.values():
+        out.append(tree(child))
+    return out
+
+
+def test_retained_detail_stops_growing_while_the_totals_cover_everything() -> None:
+    bounded = Session(retain_s=60.0)
+    held: list[tuple[int, int, int]] = []
+    feed([bounded], 600, after=lambda i: held.append(
+        (len(bounded.windows), len(bounded.spans), len(bounded.op_windows))))  # fmt: skip
+    # what is kept is the last minute or so (a tenth more before each fold), never more
+    assert max(h[0] for h in held[200:]) == max(h[0] for h in held[100:200]) <= 67
+    assert max(h[1] for h in held[200:]) <= 67 * 50
+    assert max(h[2] for h in held[200:]) <= 7
+    assert len(bounded.allocator) <= 68
+    # ... while the whole session is still counted
+    snap = build_snapshot(bounded)
+    assert bounded.window_count == 600
+    assert snap.op_windows == 60
+    calls = {s.name: s.calls for s in snap.totals if s.calls}
+    assert calls == {"forward": 600 * 40, "preprocess": 600 * 10}
+    assert snap.duration_s == pytest.approx(600.0)
+
+
+def test_a_bounded_session_shows_what_an_unbounded_one_shows() -> None:
+    bounded, full = Session(retain_s=45.0), Session()
+    accs = {id(bounded): (StackAccumulator(), OpAccumulator()), id(full): (StackAccumulator(), OpAccumulator())}
+    snaps: dict[int, list] = {id(bounded): [], id(full): []}
+
+    def snapshot(i: int) -> None:
+        if i % 97 == 0 or i == 299:  # live: the ingest worker's accumulators carry on
+            for s in (bounded, full):
+                acc, ops = accs[id(s)]
+                snaps[id(s)].append(build_snapshot(s, accumulator=acc, op_accumulator=ops))
+
+    feed([bounded, full], 300, after=snapshot)
+    assert bounded.windows_folded > 200 and full.windows_folded == 0
+    for b, f in zip(snaps[id(bounded)], snaps[id(full)]):
+        assert (b.samples, b.errors, b.t_first, b.coverage) == (f.samples, f.errors, f.t_first, f.coverage)
+        assert [(s.name, s.samples, s.share, s.calls) for s in b.totals] == [
+            (s.name, s.samples, s.share, s.calls) for s in f.totals
+        ]
+        for bs, fs in zip(b.totals, f.totals):  # folded spans: percentiles from 1 % bins
+            if fs.latency_ms is not None:
+                for q in ("p50", "p95", "p99"):
+                    assert getattr(bs.latency_ms, q) == pytest.approx(getattr(fs.latency_ms, q), rel=0.006)
+        assert b.recent == f.recent and b.history[-40:] == f.history[-40:]  # 45 s kept here
+        assert b.top == f.top and tree(b.flame) == tree(f.flame)
+        assert b.ops == f.ops and tree(b.device_flame) == tree(f.device_flame) and b.gpu == f.gpu and b.op_time == f.op_time
+        assert b.allocator == f.allocator and b.findings == f.findings
+    # a fresh accumulator (a new view) reads the folded totals too
+    assert build_snapshot(bounded).top == build_snapshot(full).top
+    assert build_snapshot(bounded).ops == build_snapshot(full).ops
+
+
+def test_replay_sessions_keep_everything() -> None:
+    s = Session()
+    feed([s], 120)
+    assert s.windows_folded == 0 and len(s.windows) == 120 and s.op_windows_folded == 0
