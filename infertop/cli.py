@@ -31,9 +31,40 @@ examples:
   infertop record 4242 -o incident.infertop --duration 60
   infertop replay incident.infertop      the same UI on a recording
   infertop report incident.infertop --format json
+  infertop merge web1.infertop web2.infertop -o all.infertop   several hosts, one timeline
 
 exit codes: 0 ok, 1 diff regression, 2 bad usage, 3 target not found / no permission,
             4 target unsupported, 5 unreadable input file
+"""
+
+
+MERGE_HELP = """\
+Combine recordings made on different hosts (or of different services) into one
+recording. Every input's processes become processes of the output (a recording made
+without --children is one process: its target); pids and tids are renamed only where
+two inputs share one; every event goes on one timeline. report, replay and export read
+the result like any recording, and report gives a section per process (host and role)
+beside the merged numbers.
+"""
+
+MERGE_EPILOG = """\
+clock:
+  Recordings hold each host's wall-clock (unix) time; the inputs are aligned on it.
+  A recording notes its host and whether that host's clock was synchronised (NTP/PTP),
+  with the kernel's maxerror. merge prints, per input, the host, the offset applied and
+  that clock state, then how well the whole lines up: the inputs' maxerror summed, or
+  unknown when a clock was not synchronised or a recording predates clock anchors.
+  A host whose clock you know is S seconds ahead: --offset FILE=-S.
+
+examples:
+  infertop merge web1.infertop web2.infertop -o incident.infertop
+  infertop merge a.infertop b.infertop --offset b.infertop=-0.25 -o all.infertop
+  infertop report incident.infertop
+
+exit codes: 2 bad usage (fewer than two inputs, a file given twice, the output is an
+            input, an output that cannot be written), 5 an input that is not a readable
+            recording (not one, a newer format); a damaged input is used up to the damage,
+            with a warning
 """
 
 
@@ -171,6 +202,23 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.add_argument("--stage", action="append", default=[], metavar="NAME=PATTERN")
     p.add_argument("--config", metavar="FILE")
+
+    p = sub.add_parser(
+        "merge",
+        help="combine recordings from several hosts or services into one",
+        description=MERGE_HELP,
+        epilog=MERGE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("files", nargs="+", metavar="FILE", help="recordings to merge (two or more)")
+    p.add_argument("-o", "--output", required=True, metavar="OUT", help="recording to write")
+    p.add_argument(
+        "--offset",
+        action="append",
+        default=[],
+        metavar="FILE=SECONDS",
+        help="shift FILE's times by SECONDS (repeatable); default 0: wall clock as recorded",
+    )
 
     p = sub.add_parser("demo", help="start the bundled sample service and attach the live UI")
     p.add_argument("--record", metavar="FILE", help="also record the session to FILE")
@@ -463,6 +511,30 @@ def cmd_import(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_merge(args: argparse.Namespace) -> int:
+    from infertop.record.merge import check_paths, merge_recordings, parse_offsets
+
+    check_paths(args.files, args.output)
+    res = merge_recordings(args.files, args.output, parse_offsets(args.offset, args.files))
+    for r in res.inputs:
+        n = len(r.processes)
+        print(
+            f"infertop: {r.path}: host {r.host or 'unknown'}, {n} process{'es' if n > 1 else ''} "
+            f"(pid {', '.join(map(str, r.processes[:6]))}{', ...' if n > 6 else ''}), "
+            f"offset {r.offset_s:+.3f} s, {r.clock}",
+            file=sys.stderr,
+        )
+        if r.warning:
+            print(f"infertop: warning: {r.warning}", file=sys.stderr)
+    print(f"infertop: {res.accuracy}", file=sys.stderr)
+    print(
+        f"infertop: merged {len(res.inputs)} recordings: {res.events:,} events, "
+        f"{res.seconds:.1f} s -> {res.output}",
+        file=sys.stderr,
+    )
+    return EXIT_OK
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     from infertop.export.run import export
 
@@ -498,6 +570,7 @@ COMMANDS = {
     "report": cmd_report,
     "import": cmd_import,
     "export": cmd_export,
+    "merge": cmd_merge,
     "diff": cmd_diff,
     "demo": cmd_demo,
 }

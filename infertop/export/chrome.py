@@ -4,14 +4,17 @@ Streamed: the recording is read twice, record by record (first for the time orig
 rules, then for the events), and events are written as they come, so memory does not grow with
 the length of the recording. What each track means: docs/export.md.
 
-Tracks, in the target's process (pid = the target's pid):
+Tracks, in each process's own track group (Chrome pid = the process's pid; a recording of one
+process has one, ``--children``, imported rank directories and merged recordings one per
+process, named by ``process_name`` metadata):
   - each Python thread (its OS tid): its sampled stacks as nested slices (``samples.py``);
   - ``stage · THREAD``: the stage of each moment of that thread;
   - ``stage calls · THREAD``: timed stage calls (``infertop.stage``, agent-timed functions);
   - ``annotations · THREAD``: ``record_function`` ranges (``ProfilerStep#N`` ...);
   - ``torch ops (per-window aggregate)``: each profiler window's op call tree (``oplayout.py``).
-In a second process, ``GPU``: kernels and memcpy/memset per window, with arrows from the ops that
-launched them, and the NVML and CUDA-allocator readings as counters. Collector health, markers
+In a second group per process with op windows, ``GPU`` (``GPU · pid N`` for the others):
+kernels and memcpy/memset per window, with arrows from the ops that launched them, and the
+CUDA-allocator readings as counters; the NVML readings are counters of the first ``GPU``. Collector health, markers
 and findings (per minute) are instant events.
 """
 
@@ -37,6 +40,7 @@ from infertop.model.events import (
     FrameDef,
     Marker,
     OpWindow,
+    ProcessDef,
     SampleWindow,
     StackDef,
     StageSpan,
@@ -61,19 +65,23 @@ class _Tracks:
     def __init__(self, emit: Callable[[dict], None], pid: int) -> None:
         self.emit, self.pid = emit, pid
         self.names: dict[int, str] = {}
+        self.owner: dict[int, int] = {}  # tid -> the Chrome pid of its process
         self.rank: dict[int, int] = {}
-        self.named: set[int] = set()
+        self.named: set[tuple[int, int]] = set()
         self.span_lanes: dict[int, EndOrderedLanes] = {}
         self.annot_lanes: dict[int, StartOrderedLanes] = {}
 
     def thread_name(self, tid: int) -> str:
         return self.names.get(tid) or f"thread {tid}"
 
+    def pid_of(self, tid: int) -> int:
+        return self.owner.get(tid, self.pid)
+
     def name_track(self, track: int, name: str, order: int, pid: int | None = None) -> None:
-        if track in self.named:
-            return
-        self.named.add(track)
         p = self.pid if pid is None else pid
+        if (p, track) in self.named:
+            return
+        self.named.add((p, track))
         self.emit(
             {"ph": "M", "pid": p, "tid": track, "name": "thread_name", "args": {"name": name}}
         )
@@ -93,9 +101,9 @@ class _Tracks:
         return self.rank[tid] * 8
 
     def thread(self, tid: int) -> tuple[int, int]:
-        base = self._order(tid)
-        self.name_track(tid, self.thread_name(tid), base)
-        self.name_track(STAGE | tid, f"stage · {self.thread_name(tid)}", base + 1)
+        base, p = self._order(tid), self.pid_of(tid)
+        self.name_track(tid, self.thread_name(tid), base, p)
+        self.name_track(STAGE | tid, f"stage · {self.thread_name(tid)}", base + 1, p)
         return tid, STAGE | tid
 
     def lane(self, kind: int, tid: int, lane: int) -> int:
@@ -106,6 +114,7 @@ class _Tracks:
             track,
             f"{label} · {self.thread_name(tid)}{extra}",
             self._order(tid) + (2 if kind == CALLS else 3),
+            self.pid_of(tid),
         )
         return track
 
@@ -136,10 +145,10 @@ def export_chrome_recording(path: str, out: str, config: Config | None = None) -
             lambda sid: classifier.stage_of(sid, [frames[f] for f in stacks[sid]]),
             ns,
             tracks.thread,
+            tracks.pid_of,
         )
-        ops = OpLayout(emit, pid, OPS_TRACK, gpu_pid, KERNELS, COPIES, ns)
+        procs = _Processes(emit, pid, ns)
         chunks = FindingsByChunk(classifier, cfg.findings)
-        gpu_tracks_named = False
         for ev in stream:
             done = chunks.add(ev)
             if done is not None:
@@ -155,19 +164,19 @@ def export_chrome_recording(path: str, out: str, config: Config | None = None) -
                     stacks.append(ev.frames)
             elif isinstance(ev, ThreadDef):  # --children: which process, too
                 tracks.names[ev.tid] = f"pid {ev.pid} {ev.name}" if ev.pid else ev.name
+                if ev.pid:
+                    tracks.owner[ev.tid] = procs.chrome_pid(ev.pid)
+            elif isinstance(ev, ProcessDef):
+                procs.define(ev)
             elif isinstance(ev, StageSpan):
-                _span(emit, tracks, pid, ev, ns)
+                _span(emit, tracks, tracks.pid_of(ev.tid), ev, ns)
             elif isinstance(ev, OpWindow):
-                if not gpu_tracks_named:
-                    gpu_tracks_named = True
-                    tracks.name_track(OPS_TRACK, "torch ops (per-window aggregate)", 1 << 20)
-                    tracks.name_track(KERNELS, "kernels (per-window aggregate)", 0, gpu_pid)
-                    tracks.name_track(COPIES, "memcpy / memset (per-window aggregate)", 1, gpu_pid)
-                ops.window(ev)
-                _annotations(emit, tracks, pid, ev, ns)
-                counters.window_counters(emit, gpu_pid, ev, ns)
+                p = procs.chrome_pid(ev.pid)
+                procs.ops(p, tracks).window(ev)
+                _annotations(emit, tracks, p, ev, ns)
+                counters.window_counters(emit, p + GPU_PID_OFFSET, ev, ns)
             elif isinstance(ev, AllocatorReading):
-                counters.allocator(emit, gpu_pid, ev, ns)
+                counters.allocator(emit, procs.chrome_pid(ev.pid) + GPU_PID_OFFSET, ev, ns)
             elif isinstance(ev, GpuReading):
                 counters.nvml(emit, gpu_pid, ev, ns)
             elif isinstance(ev, CollectorStatus):
@@ -235,6 +244,50 @@ def export_chrome_recording(path: str, out: str, config: Config | None = None) -
     return ExportResult(out, writer.count, stream.warning)
 
 
+class _Processes:
+    """The Chrome process (track group) of each recorded process, named as it is defined, and
+    each one's op layout and GPU group, made when its first op window comes."""
+
+    def __init__(self, emit: Callable[[dict], None], main: int, ns: Callable[[float], int]) -> None:
+        self.emit, self.main, self.ns = emit, main, ns
+        self.named: set[int] = {main}
+        self.layouts: dict[int, OpLayout] = {}
+
+    def chrome_pid(self, pid: int) -> int:
+        """0 (the target) and ids a viewer cannot take go in the target's group."""
+        return pid if 0 < pid < GPU_PID_OFFSET else self.main
+
+    def _name(self, pid: int, name: str, order: int) -> None:
+        self.emit({"ph": "M", "pid": pid, "tid": 0, "name": "process_name", "args": {"name": name}})
+        self.emit(
+            {"ph": "M", "pid": pid, "tid": 0, "name": "process_sort_index", "args": {"sort_index": order}}
+        )
+
+    def define(self, p: ProcessDef) -> None:
+        pid = self.chrome_pid(p.pid)
+        if pid in self.named:  # the target: named from its TargetInfo
+            return
+        self.named.add(pid)
+        self._name(pid, f"{(p.cmdline or 'process')[:120]} (pid {p.pid})", 2 * len(self.named))
+
+    def ops(self, pid: int, tracks: _Tracks) -> OpLayout:
+        layout = self.layouts.get(pid)
+        if layout is None:
+            gpu = pid + GPU_PID_OFFSET
+            if pid != self.main:
+                if pid not in self.named:
+                    self.named.add(pid)
+                    self._name(pid, f"pid {pid}", 2 * len(self.named))
+                self._name(gpu, f"GPU · pid {pid}", 2 * len(self.named) + 1)
+            tracks.name_track(OPS_TRACK, "torch ops (per-window aggregate)", 1 << 20, pid)
+            tracks.name_track(KERNELS, "kernels (per-window aggregate)", 0, gpu)
+            tracks.name_track(COPIES, "memcpy / memset (per-window aggregate)", 1, gpu)
+            layout = self.layouts[pid] = OpLayout(
+                self.emit, pid, OPS_TRACK, gpu, KERNELS, COPIES, self.ns
+            )
+        return layout
+
+
 def _metadata(emit: Callable[[dict], None], pid: int, gpu_pid: int, target: TargetInfo) -> None:
     cmd = (target.cmdline or "python")[:120]
     emit(
@@ -281,7 +334,7 @@ def _span(
     s, e = ns(ev.t_start), ns(ev.t_end)
     if e < s:
         return
-    lanes = tracks.span_lanes.setdefault(ev.tid, EndOrderedLanes())
+    lanes = tracks.span_lanes.setdefault(ev.tid, EndOrderedLanes())  # tids: unique across pids
     lane = lanes.place(s, e)
     if lane is None:
         return

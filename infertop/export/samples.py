@@ -28,6 +28,7 @@ class _Thread:
     frames: list[int] = field(default_factory=list)  # open frame ids, root first
     stage: str | None = None
     last_end: int = 0  # ns: where the thread's last sample ended
+    pid: int = 0  # the Chrome process its tracks are in
 
 
 class SampleTimeline:
@@ -42,8 +43,11 @@ class SampleTimeline:
         stage_of: Callable[[int], str],
         ns: Callable[[float], int],
         track_of: Callable[[int], tuple[int, int]],
+        pid_of: Callable[[int], int] | None = None,
     ) -> None:
+        """``pid_of``: the Chrome process of a thread's tracks (default: ``pid`` for all)."""
         self.emit, self.pid, self.frames, self.stacks = emit, pid, frames, stacks
+        self.pid_of = pid_of or (lambda _tid: pid)
         self.stage_of, self.ns, self.track_of = stage_of, ns, track_of
         self.threads: dict[int, _Thread] = {}
         self._rank = {s: i for i, s in enumerate(STAGES)}
@@ -63,7 +67,7 @@ class SampleTimeline:
             th = self.threads.get(tid)
             if th is None:
                 track, stage_track = self.track_of(tid)
-                th = self.threads[tid] = _Thread(track, stage_track)
+                th = self.threads[tid] = _Thread(track, stage_track, pid=self.pid_of(tid))
             elif th.frames and start - th.last_end > 1.5 * period:
                 self._close(th, th.last_end)  # the thread had nothing to do in between
             base = max(start, th.last_end)
@@ -86,7 +90,7 @@ class SampleTimeline:
                 break
             common += 1
         ts = _us(t)
-        emit, pid = self.emit, self.pid
+        emit, pid = self.emit, th.pid
         if th.stage is not None and th.stage != stage:
             emit({"ph": "E", "pid": pid, "tid": th.stage_track, "ts": ts})
             th.stage = None
@@ -125,10 +129,10 @@ class SampleTimeline:
     def _close(self, th: _Thread, t: int) -> None:
         ts = _us(t)
         for _ in th.frames:
-            self.emit({"ph": "E", "pid": self.pid, "tid": th.track, "ts": ts})
+            self.emit({"ph": "E", "pid": th.pid, "tid": th.track, "ts": ts})
         th.frames.clear()
         if th.stage is not None:
-            self.emit({"ph": "E", "pid": self.pid, "tid": th.stage_track, "ts": ts})
+            self.emit({"ph": "E", "pid": th.pid, "tid": th.stage_track, "ts": ts})
             th.stage = None
 
     def finish(self) -> None:
