@@ -136,7 +136,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p = sub.add_parser("attach", help="live UI on a running process")
-    p.add_argument("pid", type=int, help="process id of the Python process")
+    p.add_argument(
+        "pid", type=int, nargs="+",
+        help="process id of the Python process; several PIDs (e.g. the workers of a pool) are "
+        "one session, the first one the target",
+    )  # fmt: skip
     p.add_argument("--record", metavar="FILE", help="also record the session to FILE")
     _add_collect_flags(p, defaults)
 
@@ -146,7 +150,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]")
 
     p = sub.add_parser("record", help="record a process headless (no terminal needed)")
-    p.add_argument("pid", type=int)
+    p.add_argument("pid", type=int, nargs="+", help="process id(s), as for attach")
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="recording to write")
     p.add_argument(
         "--duration", type=float, metavar="S", help="stop after S seconds (default: until Ctrl-C)"
@@ -241,23 +245,35 @@ def _config(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     return cfg
 
 
-def _collectors(target, args: argparse.Namespace, cfg):  # type: ignore[no-untyped-def]
+def _targets(pids: Sequence[int]):  # type: ignore[no-untyped-def]
+    """The session's target (the first pid) and the other target pids, each checked (a pid
+    given twice counts once)."""
+    from infertop.collect.target import inspect_target
+
+    unique = list(dict.fromkeys(pids))
+    target = inspect_target(unique[0])
+    for pid in unique[1:]:
+        inspect_target(pid)  # the same clear error for any pid that cannot be followed
+    return target, unique[1:]
+
+
+def _collectors(target, args: argparse.Namespace, cfg, others: Sequence[int] = ()):  # type: ignore[no-untyped-def]
     """py-spy and NVML, plus the agent (injected in the background) unless --no-inject; and the
-    statuses to show for what does not run."""
+    statuses to show for what does not run. ``others``: more target pids (attach PID PID...)."""
     from dataclasses import replace
 
     from infertop.collect.agent_attach import AgentAttach
     from infertop.collect.nvml import NvmlCollector
     from infertop.collect.pyspy import PySpyCollector
+    from infertop.collect.targets import ManyTargets
     from infertop.model.events import CollectorStatus
 
+    children = bool(getattr(args, "children", False))
+    rate, window_s = cfg.collect.rate_hz, cfg.collect.window_s
     collectors: list = [
-        PySpyCollector(
-            target.pid,
-            cfg.collect.rate_hz,
-            cfg.collect.window_s,
-            children=bool(getattr(args, "children", False)),
-        ),
+        ManyTargets([target.pid, *others], rate, window_s, children)
+        if others
+        else PySpyCollector(target.pid, rate, window_s, children=children),
         NvmlCollector(target.pid),  # no GPU or no driver: it only says why, and runs nothing
     ]
     statuses = []
@@ -277,10 +293,11 @@ def _collectors(target, args: argparse.Namespace, cfg):  # type: ignore[no-untyp
     if getattr(args, "record_shapes", False):
         agent = replace(agent, record_shapes=True)
     collectors.append(AgentAttach(target.pid, agent, target))
-    if getattr(args, "children", False):
+    if children or others:
         from infertop.collect.child_agents import ChildAgents
 
-        collectors.append(ChildAgents([target.pid], agent))
+        roots = [target.pid, *others]
+        collectors.append(ChildAgents(roots, agent, extra_targets=list(others), children=children))
     return collectors, statuses
 
 
@@ -292,14 +309,14 @@ def _need_tty(what: str) -> None:
         )
 
 
-def _live(target, args, record: str | None) -> int:  # type: ignore[no-untyped-def]
+def _live(target, args, record: str | None, others: Sequence[int] = ()) -> int:  # type: ignore[no-untyped-def]
     from infertop.sources import LiveSource
     from infertop.tui.app import create_app
 
     cfg = _config(args)
-    collectors, statuses = _collectors(target, args, cfg)
+    collectors, statuses = _collectors(target, args, cfg, others)
     src = LiveSource(target, cfg, collectors=collectors, record_path=record, statuses=statuses)
-    title = f"infertop — pid {target.pid}"
+    title = f"infertop — pid {target.pid}" + "".join(f", {p}" for p in others)
     try:
         create_app(src, title=title).run()  # its ingest worker starts and stops the source
     finally:
@@ -311,10 +328,9 @@ def _live(target, args, record: str | None) -> int:  # type: ignore[no-untyped-d
 
 # -- subcommands ------------------------------------------------------------------------------
 def cmd_attach(args: argparse.Namespace) -> int:
-    from infertop.collect.target import inspect_target
-
     _need_tty("attach")
-    return _live(inspect_target(args.pid), args, args.record)
+    target, others = _targets(args.pid)
+    return _live(target, args, args.record, others)
 
 
 def _start_child(cmd: Sequence[str], log_path: str, args: argparse.Namespace):  # type: ignore[no-untyped-def]
@@ -421,14 +437,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_record(args: argparse.Namespace) -> int:
-    from infertop.collect.target import inspect_target
     from infertop.headless import record_headless
 
     if args.duration is not None and args.duration <= 0:
         raise UsageError("--duration must be positive")
-    target = inspect_target(args.pid)
+    target, others = _targets(args.pid)
     cfg = _config(args)
-    collectors, statuses = _collectors(target, args, cfg)
+    collectors, statuses = _collectors(target, args, cfg, others)
     return record_headless(target, cfg, args.output, args.duration, collectors, statuses)
 
 

@@ -30,6 +30,9 @@ from infertop.model.events import (
 
 NO_TORCH_RECHECK_S = 5.0  # a process without torch is looked at again after this long
 MAX_AGENTS = 16  # a pool of hundreds of workers gets agents in the first ones only
+RETRY_KINDS = ("timeout", "busy")  # injections worth trying again, up to TRIES in all
+TRIES = 3
+RETRY_S = 5.0
 
 
 def _has_torch(pid: int) -> bool | None:
@@ -66,6 +69,8 @@ class ChildAgents:
         self._attaches: dict[int, AgentAttach] = {}
         self._states: dict[int, CollectorStatus] = {}  # pid -> its agent's latest status
         self._later: dict[int, float] = {}  # no torch yet: pid -> when to look again
+        self._tries: dict[int, int] = {}  # injections tried per pid
+        self._failed_at: dict[int, float] = {}  # when a failure worth retrying was seen
         self._ended: set[int] = set()
         self._skipped = 0  # processes past max_agents
         self._said = ""
@@ -153,6 +158,20 @@ class ChildAgents:
         seen: set[int] = set()
         return [p for p in pids if not (p in seen or seen.add(p))]  # type: ignore[func-returns-value]
 
+    def _retry(self, pid: int, attach: AgentAttach) -> bool:
+        """Whether to try ``pid`` again: its injection timed out (its main thread was in a
+        long C call: a worker blocked on its queue) or found the agent busy, a few times."""
+        result = attach.result
+        if result is None or getattr(result, "ok", True) or pid in self._ended:
+            return False
+        if getattr(result, "kind", "") not in RETRY_KINDS or self._tries.get(pid, 0) >= TRIES:
+            return False
+        failed = self._failed_at.setdefault(pid, time.monotonic())
+        if time.monotonic() - failed < RETRY_S:
+            return False
+        del self._failed_at[pid]
+        return True
+
     def _run(self) -> None:
         while not self._stop.is_set():
             for pid in self._candidates():
@@ -164,19 +183,25 @@ class ChildAgents:
             self._stop.wait(self.scan_s)
 
     def _consider(self, pid: int) -> None:
-        if pid in self._attaches or time.monotonic() < self._later.get(pid, 0.0):
+        if time.monotonic() < self._later.get(pid, 0.0):
             return
+        old = self._attaches.get(pid)
+        if old is not None:
+            if not self._retry(pid, old):
+                return
+            old.stop()
         torch = _has_torch(pid)
         if not torch:
             self._later[pid] = time.monotonic() + NO_TORCH_RECHECK_S
             return
-        if len(self._attaches) >= self.max_agents:
+        if old is None and len(self._attaches) >= self.max_agents:
             self._later[pid] = float("inf")
             self._skipped += 1
             return
         attach = AgentAttach(pid, self.config, inject_timeout=self.inject_timeout)
         with self._lock:
             self._attaches[pid] = attach
+        self._tries[pid] = self._tries.get(pid, 0) + 1
         attach.start()
         # one injection at a time: wait for this one's outcome before the next process
         deadline = time.monotonic() + self.inject_timeout + 3

@@ -124,10 +124,18 @@ class PySpyCollector:
     name = "py-spy"
 
     def __init__(
-        self, pid: int, rate_hz: float = 100.0, window_s: float = 1.0, children: bool = False
+        self,
+        pid: int,
+        rate_hz: float = 100.0,
+        window_s: float = 1.0,
+        children: bool = False,
+        tag: bool = False,
     ) -> None:
         self.pid = pid
         self.children = children  # also sample the target's descendants (py-spy --subprocesses)
+        #: one of several targets: its threads and the process itself are named in every window
+        #: (with ``children`` py-spy's process frames do that anyway)
+        self.tag = tag
         self._procs: dict[int, tuple[int, str]] = {}  # descendants seen: pid -> (ppid, cmdline)
         self._ended: set[int] = set()
         self._sampled: set[int] = set()  # the processes py-spy has read (Python ones)
@@ -299,6 +307,9 @@ class PySpyCollector:
                 if pid not in self._procs or (ppid and not self._procs[pid][0]):
                     self._procs[pid] = (ppid, cmd)
         rows, bad = parse_raw(text)
+        if self.tag and not self.children:
+            self._procs.setdefault(self.pid, (0, read_cmdline(self.pid)))
+            thread_pids = {tid: self.pid for tid, _name, _st, _n in rows}
         m = _SUMMARY_RE.search(out)
         errors = int(m.group(2)) if m else 0
         lag = max((float(x) for x in _BEHIND_RE.findall(out)), default=0.0)
@@ -314,7 +325,9 @@ class PySpyCollector:
                 lag,
                 self._threads,
                 tuple(thread_pids.items()),
-                tuple((p, pp, c) for p, (pp, c) in self._procs.items()) if self.children else (),
+                tuple((p, pp, c) for p, (pp, c) in self._procs.items())
+                if self.children or self.tag
+                else (),
             )
         )
         return True, out

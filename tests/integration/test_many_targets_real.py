@@ -1,0 +1,121 @@
+"""Several processes with the agent: every torch worker of a ``--children`` tree gets it (its
+op windows carry its pid), and several PIDs on one command line are one session in which a
+target that exits is a marker, not the end."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from infertop.collect.tree import descendants, read_cmdline
+from infertop.model.events import CollectorStatus, Marker, OpWindow, ProcessDef, SampleWindow, ThreadDef
+from infertop.record.reader import read_recording
+
+from .helpers import INFERTOP, ROOT, report_json, start_target, stop_target
+from .test_children_real import _wait_for_line
+
+pytestmark = pytest.mark.slow
+
+
+def _record(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        INFERTOP + ["record", *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def _no_agents_left(pids: list[int]) -> bool:
+    """No agent thread is left in any of ``pids`` (py-spy dump lists every thread)."""
+    py_spy = os.path.join(os.path.dirname(sys.executable), "py-spy")
+    for pid in pids:
+        out = subprocess.run([py_spy, "dump", "--pid", str(pid)], capture_output=True, text=True)
+        if "infertop-agent" in out.stdout:
+            return False
+    return True
+
+
+def test_every_torch_worker_gets_the_agent(tmp_path) -> None:
+    sample = subprocess.Popen(
+        [sys.executable, "samples/multiproc_service.py", "--workers", "2"],
+        cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    out = str(tmp_path / "agents.infertop")
+    try:
+        _wait_for_line(sample, "throughput:")
+        workers = [p for p in descendants(sample.pid) if "spawn_main" in read_cmdline(p)]
+        assert len(workers) == 2
+        rec = _record(str(sample.pid), "--children", "-o", out, "--duration", "14",
+                      "--profile-period", "3")  # fmt: skip
+        _, err = rec.communicate(timeout=90)
+        assert rec.returncode == 0, err
+        assert sample.poll() is None  # the service carries on
+        # detached from every process: no agent thread left behind in any worker
+        assert _no_agents_left(workers)
+    finally:
+        sample.send_signal(signal.SIGTERM)
+        _, serve_err = sample.communicate(timeout=30)
+    assert "Traceback" not in serve_err and "infertop" not in serve_err  # nothing in its logs
+
+    events = read_recording(out).events
+    by_pid: dict[int, list[OpWindow]] = {}
+    for w in events:
+        if isinstance(w, OpWindow):
+            by_pid.setdefault(w.pid, []).append(w)
+    for pid in workers:  # each worker's own agent: its model's ops, under its pid
+        ops = {name for w in by_pid.get(pid, []) for p in w.paths for name in p.names}
+        assert "aten::linear" in ops or "aten::addmm" in ops, (
+            pid, sorted(by_pid), [e for e in events if isinstance(e, CollectorStatus)])
+    statuses = [e for e in events if isinstance(e, CollectorStatus) and e.collector == "agents"]
+    assert any(s.state == "running" and s.message.startswith("2 of 2") for s in statuses), statuses
+
+    rep = report_json(out)
+    assert {p["pid"] for p in rep["processes"]} >= set(workers)
+    assert any(o["name"] in ("aten::linear", "aten::addmm") for o in rep["ops"]), rep["ops"][:5]
+
+
+def test_several_pids_are_one_session_and_one_may_exit(tmp_path) -> None:
+    first = start_target([str(ROOT / "samples/python_loop.py")])
+    second = start_target([str(ROOT / "samples/copy_heavy.py")])
+    out = str(tmp_path / "two.infertop")
+    try:
+        time.sleep(2)  # torch imported in both
+        rec = _record(str(first.pid), str(second.pid), "-o", out, "--duration", "9",
+                      "--profile-period", "2")  # fmt: skip
+        time.sleep(6)
+        second.send_signal(signal.SIGTERM)
+        second.wait(timeout=15)
+        _, err = rec.communicate(timeout=60)
+        assert rec.returncode == 0, err
+        assert "(duration reached)" in err  # the other target kept the session going
+        assert first.poll() is None
+    finally:
+        stop_target(first)
+        stop_target(second)
+
+    events = read_recording(out).events
+    procs = {e.pid: e for e in events if isinstance(e, ProcessDef)}
+    assert set(procs) == {first.pid, second.pid}
+    assert procs[first.pid].ppid == 0 and procs[second.pid].ppid == 0  # both targets
+    owner = {e.tid: e.pid for e in events if isinstance(e, ThreadDef)}
+    gone = [m for m in events if isinstance(m, Marker) and m.extra.get("pid") == str(second.pid)]
+    assert len(gone) == 1 and "exited" in gone[0].text
+    samples = {first.pid: [0, 0], second.pid: [0, 0]}  # before, after the exit
+    for w in events:
+        if isinstance(w, SampleWindow):
+            for tid, _sid, n in w.counts:
+                samples[owner[tid]][w.t_start > gone[0].t] += n
+    assert samples[first.pid][0] > 0 and samples[first.pid][1] > 0
+    assert samples[second.pid][0] > 0 and samples[second.pid][1] == 0
+    ops = {w.pid for w in events if isinstance(w, OpWindow)}
+    assert {0, second.pid} <= ops  # the first target's agent, and the second's
+
+    rep = report_json(out)
+    roles = {p["pid"]: p for p in rep["processes"]}
+    assert roles[second.pid]["exited_after_s"] is not None
+    assert roles[first.pid]["exited_after_s"] is None
