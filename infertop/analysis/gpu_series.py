@@ -8,8 +8,9 @@ stage shares for the same second. The target's devices (those it holds memory on
 from __future__ import annotations
 
 import bisect
+import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from infertop.model.events import AllocatorReading, CollectorStatus
@@ -50,39 +51,96 @@ class GpuView:
     #: py-spy windows in which the target worked (samples outside idle and queue); None: no
     #: windows at all (then every reading counts as "while the target works")
     working: tuple[tuple[float, float], ...] | None = None
+    #: a bounded live session's readings past its horizon, summed (``readings`` are the rest)
+    fold: GpuFold | None = None
 
     def device(self, index: int) -> GpuDeviceReading | None:
         return next((d for d in self.devices if d.index == index), None)
 
 
+def _add_sums(sums: dict[tuple[int, str], list[float]], readings: Iterable[GpuReading]) -> None:
+    for r in readings:
+        for d in r.devices:
+            for m in SERIES:
+                if (v := _metric(d, m)) is not None:
+                    acc = sums.setdefault((d.index, m), [0.0, 0])
+                    acc[0] += v
+                    acc[1] += 1
+
+
+class GpuFold:
+    """NVML readings a bounded session no longer keeps, summed for what the live views and
+    findings read over the whole session: each metric's session mean, which devices the target
+    held memory on, and the busy share while the target worked (``nvml_busy``'s running state).
+    """
+
+    MAX_GAPS = 32  # the longest idle gaps are kept; the findings quote the longest
+
+    def __init__(self) -> None:
+        self.n = 0  # readings folded
+        self.sums: dict[tuple[int, str], list[float]] = {}  # (device, metric) -> [sum, count]
+        self.known = False  # NVML said whose memory is whose, in some reading
+        self.used: set[int] = set()  # devices the target held memory on
+        #: device -> [sum of utilization, readings, seconds, previous reading's t, current
+        #: run of 0 % readings (s)], over the readings taken while the target worked
+        self.busy: dict[int, list[float]] = {}
+        self.gaps: list[float] = []  # closed runs of 0 % readings, longest first
+
+    def copy(self) -> GpuFold:
+        """A copy that the session's later folds do not change (for a snapshot)."""
+        out = GpuFold()
+        out.n, out.known, out.used, out.gaps = self.n, self.known, set(self.used), list(self.gaps)
+        out.sums = {k: list(v) for k, v in self.sums.items()}
+        out.busy = {k: list(v) for k, v in self.busy.items()}
+        return out
+
+    def add(self, readings: Sequence[GpuReading], active: Sequence[tuple[float, float]] | None) -> None:
+        """Fold ``readings`` (oldest first); ``active``: when the target worked (None: always)."""
+        self.n += len(readings)
+        _add_sums(self.sums, readings)
+        for r in readings:
+            for d in r.devices:
+                if d.process_memory is not None:
+                    self.known = True
+                    if d.process_memory > 0:
+                        self.used.add(d.index)
+        working = _while_active(readings, active)
+        gaps: list[float] = []
+        _busy_pass(working, _interval(working) or 0.5, self.busy, gaps)
+        self.gaps = sorted(self.gaps + gaps, reverse=True)[: self.MAX_GAPS]
+
+
 class GpuAccumulator:
-    """Per-device sums of each metric over readings [0, n), extended while n only grows."""
+    """Per-device sums of each metric over readings [0, n), extended while n only grows.
+
+    ``n`` counts from the session's first reading; a bounded session's folded readings are
+    read from its ``GpuFold``."""
 
     def __init__(self) -> None:
         self.n = 0
         self.key = 0
         self.sums: dict[tuple[int, str], list[float]] = {}  # (device, metric) -> [sum, count]
 
-    def upto(self, readings: Sequence[GpuReading], key: int) -> dict[tuple[int, str], list[float]]:
-        n = len(readings)
-        if key != self.key or n < self.n:
-            self.n, self.key, self.sums = 0, key, {}
-        for r in readings[self.n : n]:
-            for d in r.devices:
-                for m in SERIES:
-                    if (v := _metric(d, m)) is not None:
-                        acc = self.sums.setdefault((d.index, m), [0.0, 0])
-                        acc[0] += v
-                        acc[1] += 1
+    def upto(
+        self, readings: Sequence[GpuReading], key: int, fold: GpuFold | None = None
+    ) -> dict[tuple[int, str], list[float]]:
+        base = fold.n if fold is not None else 0
+        n = base + len(readings)
+        if key != self.key or n < self.n or self.n < base:
+            self.n, self.key = base, key
+            self.sums = {k: list(v) for k, v in fold.sums.items()} if fold is not None else {}
+        _add_sums(self.sums, readings[self.n - base :])
         self.n = n
         return self.sums
 
 
-def target_devices(readings: Sequence[GpuReading]) -> tuple[int, ...] | None:
-    """Devices the target held memory on in any reading; None when NVML never said whose
-    memory is whose (no permission for the process list)."""
-    known = False
-    used: set[int] = set()
+def target_devices(
+    readings: Sequence[GpuReading], fold: GpuFold | None = None
+) -> tuple[int, ...] | None:
+    """Devices the target held memory on in any reading (folded ones too); None when NVML
+    never said whose memory is whose (no permission for the process list)."""
+    known = fold is not None and fold.known
+    used: set[int] = set(fold.used) if fold is not None else set()
     for r in readings:
         for d in r.devices:
             if d.process_memory is not None:
@@ -141,6 +199,7 @@ def gpu_view(
     accumulator: GpuAccumulator | None = None,
     key: int = 0,
     working: Sequence[tuple[float, float]] | None = None,
+    fold: GpuFold | None = None,
 ) -> GpuView | None:
     """The panel's picture from the readings up to ``t``; None when there are none.
     ``accumulator`` and ``key`` (which session) make the session means incremental."""
@@ -150,7 +209,7 @@ def gpu_view(
     latest = {d.index: d for d in readings[-1].devices}
     order = tuple(i for i in order if i in latest)
     buckets = buckets_for(windows, t, history)
-    sums = (accumulator or GpuAccumulator()).upto(readings, key)
+    sums = (accumulator or GpuAccumulator()).upto(readings, key, fold)
     means = tuple(
         {m: (a[0] / a[1] if (a := sums.get((i, m))) else None) for m in SERIES} for i in order
     )
@@ -161,6 +220,7 @@ def gpu_view(
         readings=tuple(readings),
         interval_s=_interval(readings),
         working=None if working is None else tuple(working),
+        fold=fold.copy() if fold is not None and fold.n else None,
     )
 
 
@@ -240,10 +300,10 @@ def allocator_device(
 
 
 def memory_summary(
-    readings: Sequence[GpuReading], allocator: AllocatorReading | None
+    readings: Sequence[GpuReading], allocator: AllocatorReading | None, fold: GpuFold | None = None
 ) -> dict[str, object] | None:
     """``gpu.memory`` of the report: the allocator's numbers and NVML's for the same device."""
-    mine = target_devices(readings)
+    mine = target_devices(readings, fold)
     devices = readings[-1].devices if readings else ()
     dev = allocator_device(allocator, devices, mine)
     if dev is None and readings:  # no allocator: the target's busiest device, else device 0
@@ -281,52 +341,73 @@ class NvmlBusy:
     gaps_s: tuple[float, ...]  # runs of 0 % readings (seconds each), longest first
 
 
-def nvml_busy(
+def _while_active(
     readings: Sequence[GpuReading], active: Sequence[tuple[float, float]] | None
-) -> NvmlBusy | None:
-    """Busy share of the target's devices over the readings taken while the target was
-    active (inside a py-spy window with work in it; every reading when there are no windows).
-    None when the target holds no GPU memory or NVML gave no utilisation."""
-    mine = target_devices(readings)
-    if mine is not None and not mine:
-        return None  # NVML says the target holds no GPU memory: not a GPU workload
-    if active is not None:
-        starts = [a for a, _ in active]
-        keep = []
-        for r in readings:
-            i = bisect.bisect_right(starts, r.t) - 1
-            if i >= 0 and r.t <= active[i][1]:
-                keep.append(r)
-        readings = keep
-    step = _interval(readings) or 0.5
-    devices = set(mine) if mine is not None else None
-    utils: list[float] = []
-    gaps: list[float] = []
-    seen: set[int] = set()
-    seconds = 0.0
-    prev: dict[int, float] = {}  # device -> time of its previous reading
-    run: dict[int, float] = {}  # device -> length of its current run of 0 % readings
+) -> Sequence[GpuReading]:
+    """The readings taken inside the ``active`` stretches (all of them when None)."""
+    if active is None:
+        return readings
+    starts = [a for a, _ in active]
+    keep = []
+    for r in readings:
+        i = bisect.bisect_right(starts, r.t) - 1
+        if i >= 0 and r.t <= active[i][1]:
+            keep.append(r)
+    return keep
+
+
+def _busy_pass(
+    readings: Iterable[GpuReading], step: float, state: dict[int, list[float]], gaps: list[float]
+) -> None:
+    """One pass over readings (oldest first), carrying on from ``state`` (device -> [sum of
+    utilization, readings, seconds, previous t, current run of 0 %]); closed gaps appended."""
     for r in readings:  # one pass: this runs with every live snapshot's findings
         for d in r.devices:
-            if d.util_gpu is None or (devices is not None and d.index not in devices):
+            if d.util_gpu is None:
                 continue
-            last = prev.get(d.index)
-            dt = min(step * 2, r.t - last) if last is not None and r.t > last else step
-            prev[d.index] = r.t
-            seen.add(d.index)
-            utils.append(d.util_gpu / 100.0)
-            seconds += dt
+            st = state.get(d.index)
+            if st is None:
+                st = state[d.index] = [0.0, 0, 0.0, -math.inf, 0.0]
+            last = st[3]
+            dt = min(step * 2, r.t - last) if r.t > last > -math.inf else step
+            st[3] = r.t
+            st[0] += d.util_gpu / 100.0
+            st[1] += 1
+            st[2] += dt
             if d.util_gpu <= 0:
-                run[d.index] = run.get(d.index, 0.0) + dt
-            elif run.get(d.index):
-                gaps.append(run.pop(d.index))
-    gaps += [x for x in run.values() if x]
-    if not utils:
+                st[4] += dt
+            elif st[4]:
+                gaps.append(st[4])
+                st[4] = 0.0
+
+
+def nvml_busy(
+    readings: Sequence[GpuReading],
+    active: Sequence[tuple[float, float]] | None,
+    fold: GpuFold | None = None,
+) -> NvmlBusy | None:
+    """Busy share of the target's devices over the readings taken while the target was
+    active (inside a py-spy window with work in it; every reading when there are no windows),
+    a bounded session's folded readings included. None when the target holds no GPU memory or
+    NVML gave no utilisation."""
+    mine = target_devices(readings, fold)
+    if mine is not None and not mine:
+        return None  # NVML says the target holds no GPU memory: not a GPU workload
+    kept = _while_active(readings, active)
+    step = _interval(kept) or 0.5
+    state = {i: list(st) for i, st in fold.busy.items()} if fold is not None else {}
+    gaps: list[float] = list(fold.gaps) if fold is not None else []
+    _busy_pass(kept, step, state, gaps)
+    devices = set(mine) if mine is not None else None
+    chosen = {i: st for i, st in state.items() if st[1] and (devices is None or i in devices)}
+    if not chosen:
         return None
+    gaps += [st[4] for st in chosen.values() if st[4]]
+    n = sum(int(st[1]) for st in chosen.values())
     return NvmlBusy(
-        busy_share=sum(utils) / len(utils),
-        seconds=seconds,
-        readings=len(utils),
-        devices=tuple(sorted(seen)),
+        busy_share=sum(st[0] for st in chosen.values()) / n,
+        seconds=sum(st[2] for st in chosen.values()),
+        readings=n,
+        devices=tuple(sorted(chosen)),
         gaps_s=tuple(sorted(gaps, reverse=True)),
     )

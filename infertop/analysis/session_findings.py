@@ -74,7 +74,7 @@ def session_memory(snap: Snapshot) -> MemoryState | None:
     """The allocator's reserved/allocated against NVML's device total; without the agent,
     NVML's per-process memory of the target (context included) stands in for reserved."""
     readings = snap.nvml.readings if snap.nvml is not None else ()
-    m = memory_summary(readings, snap.allocator)
+    m = memory_summary(readings, snap.allocator, snap.nvml.fold if snap.nvml is not None else None)
     if m is None:
         return None
     a = snap.allocator
@@ -89,7 +89,7 @@ def _nvml_busy(snap: Snapshot) -> NvmlBusy | None:
     """NVML busy share over the readings taken while py-spy saw the target at work."""
     if snap.nvml is None:
         return None
-    return nvml_busy(snap.nvml.readings, snap.nvml.working)
+    return nvml_busy(snap.nvml.readings, snap.nvml.working, snap.nvml.fold)
 
 
 def _outside_ops(snap: Snapshot, cpu_self: float) -> OutsideOps | None:

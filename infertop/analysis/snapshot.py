@@ -232,6 +232,7 @@ def build_snapshot(
             gpu_accumulator,
             id(session),
             working,
+            session.gpu_fold,
         ),
         processes=process_labels(session) if session.processes else (),
         processes_exited=tuple(exit_times(session, t)) if session.processes else (),

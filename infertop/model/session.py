@@ -16,6 +16,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field, replace
 
+from infertop.analysis.gpu_series import GpuFold
 from infertop.analysis.latency_sketch import DurationHistogram
 from infertop.analysis.ops import OpTotals
 from infertop.analysis.shares import Latency
@@ -119,7 +120,10 @@ class Session:
     folded_by_pid: dict[int, WindowTotals] = field(default_factory=dict)
     folded_spans: dict[str, DurationHistogram] = field(default_factory=dict)
     folded_ops: OpTotals = field(default_factory=OpTotals)
+    #: the same per process, keyed by the op windows' pid (0: the target); with processes only
+    folded_ops_by_pid: dict[int, OpTotals] = field(default_factory=dict)
     op_windows_folded: int = 0
+    gpu_fold: GpuFold = field(default_factory=GpuFold)  # NVML readings past the horizon
     _op_t_first: float | None = None
     _newest: float = float("-inf")
     _next_fold: float = float("inf")
@@ -206,6 +210,7 @@ class Session:
             i = bisect.bisect_right(self._gpu_ts, ev.t)
             self._gpu_ts.insert(i, ev.t)
             self.gpu.insert(i, ev)
+            self._saw(ev.t)
         elif isinstance(ev, TargetInfo):
             self.target = self._merge_target(ev)
         elif isinstance(ev, TargetExited):
@@ -259,14 +264,36 @@ class Session:
                 self._op_t_first = self.op_windows[0].t_start
             for w in self.op_windows[:n]:
                 self.folded_ops.add(w)
+                if self.processes:  # each process's own too, for its view (key w)
+                    self.folded_ops_by_pid.setdefault(w.pid, OpTotals()).add(w)
             self.op_windows_folded += n
             del self.op_windows[:n]
             del self._op_ends[:n]
-        # allocator readings: only the newest before the horizon still answers allocator_at
-        n = bisect.bisect_left(self._alloc_ts, before) - 1
+        # allocator readings: only each process's newest before the horizon still answers
+        n = bisect.bisect_left(self._alloc_ts, before)
+        if n > 1:
+            newest = {a.pid: i for i, a in enumerate(self.allocator[:n])}
+            keep = sorted(newest.values()) + list(range(n, len(self.allocator)))
+            self.allocator = [self.allocator[i] for i in keep]
+            self._alloc_ts = [self._alloc_ts[i] for i in keep]
+        # NVML readings: summed (the newest before the horizon stays, as the panel's "now")
+        n = bisect.bisect_left(self._gpu_ts, before) - 1
         if n > 0:
-            del self.allocator[:n]
-            del self._alloc_ts[:n]
+            self.gpu_fold.add(self.gpu[:n], self._working())
+            del self.gpu[:n]
+            del self._gpu_ts[:n]
+
+    def _working(self) -> list[tuple[float, float]] | None:
+        """When the target worked, as far as the windows (folded and kept) say; None: no
+        windows at all (then every NVML reading counts as taken while it worked)."""
+        if not self.folded.windows and not self.windows:
+            return None
+        quiet = (IDLE, "queue")
+        return self.folded.working + [
+            (w.window.t_start, w.window.t_end)
+            for w in self.windows
+            if any(n for s, n in w.stage_counts.items() if s not in quiet)
+        ]
 
     def _fold_by_pid(self, ws: WindowSummary, owner: dict[int, int], target: int) -> None:
         """The window as each process's view (``ProcessFilter``) sees it, folded per process."""

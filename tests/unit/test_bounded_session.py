@@ -4,6 +4,8 @@ summaries, so what it holds stops growing while every view still shows the whole
 from __future__ import annotations
 
 import random
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -14,13 +16,21 @@ from infertop.model.session import Session
 from tests.collect.ops_data import make_allocator, make_op_window
 from tests.tui.tui_data import MAIN_TID, TARGET, make_window
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tui"))
+from gpu_data import gpu_readings
+
+from infertop.analysis.gpu_series import nvml_busy
+from infertop.analysis.live_findings import with_findings
+
 T0 = TARGET.started
 
 
-def feed(sessions: list[Session], seconds: int, seed: int = 11, after=None) -> None:
+def feed(sessions: list[Session], seconds: int, seed: int = 11, after=None, gpu=False) -> None:
     """The TUI tests' batching server at real rates: a 1 s py-spy window, 40 forward spans and
-    an allocator reading a second, a torch-profiler window every 10 s."""
+    an allocator reading a second, a torch-profiler window every 10 s; ``gpu``: two NVML
+    readings a second of two H100s (the target's stalls for 4 s at 40 s)."""
     rng = random.Random(seed)
+    readings = gpu_readings(T0, seconds) if gpu else []
     for s in sessions:
         s.apply(TARGET)
     for i in range(seconds):
@@ -36,6 +46,7 @@ def feed(sessions: list[Session], seconds: int, seed: int = 11, after=None) -> N
         events.append(make_allocator(T0 + i + 0.5, i))
         if i % 10 == 1:
             events.append(make_op_window(rng, T0 + i + 0.2))
+        events += readings[2 * i : 2 * i + 2]
         for s in sessions:
             for ev in events:
                 s.apply(ev)
@@ -81,8 +92,9 @@ def test_a_bounded_session_shows_what_an_unbounded_one_shows() -> None:
                 acc, ops = accs[id(s)]
                 snaps[id(s)].append(build_snapshot(s, accumulator=acc, op_accumulator=ops))
 
-    feed([bounded, full], 300, after=snapshot)
+    feed([bounded, full], 300, after=snapshot, gpu=True)
     assert bounded.windows_folded > 200 and full.windows_folded == 0
+    assert bounded.gpu_fold.n > 400 and len(bounded.gpu) < 110
     for b, f in zip(snaps[id(bounded)], snaps[id(full)]):
         assert (b.samples, b.errors, b.t_first, b.coverage) == (f.samples, f.errors, f.t_first, f.coverage)
         assert [(s.name, s.samples, s.share, s.calls) for s in b.totals] == [
@@ -95,7 +107,19 @@ def test_a_bounded_session_shows_what_an_unbounded_one_shows() -> None:
         assert b.recent == f.recent and b.history[-40:] == f.history[-40:]  # 45 s kept here
         assert b.top == f.top and tree(b.flame) == tree(f.flame)
         assert b.ops == f.ops and tree(b.device_flame) == tree(f.device_flame) and b.gpu == f.gpu and b.op_time == f.op_time
-        assert b.allocator == f.allocator and b.findings == f.findings
+        assert b.allocator == f.allocator
+        for mb, mf in zip(b.nvml.session_means, f.nvml.session_means, strict=True):
+            assert mb == pytest.approx(mf)
+        assert b.nvml.devices == f.nvml.devices
+        for sb, sf in zip(b.nvml.series, f.nvml.series, strict=True):  # the history's last 40 s
+            assert {m: v[-40:] for m, v in sb.values.items()} == {m: v[-40:] for m, v in sf.values.items()}
+        busy_b = nvml_busy(b.nvml.readings, b.nvml.working, b.nvml.fold)
+        busy_f = nvml_busy(f.nvml.readings, f.nvml.working)
+        assert busy_b.readings == busy_f.readings and busy_b.devices == busy_f.devices
+        assert busy_b.busy_share == pytest.approx(busy_f.busy_share)
+        assert busy_b.seconds == pytest.approx(busy_f.seconds, rel=0.01)
+        assert busy_b.gaps_s == pytest.approx(busy_f.gaps_s, rel=0.05)  # the stall at 40 s
+        assert with_findings(b).findings == with_findings(f).findings
     # a fresh accumulator (a new view) reads the folded totals too
     assert build_snapshot(bounded).top == build_snapshot(full).top
     assert build_snapshot(bounded).ops == build_snapshot(full).ops
