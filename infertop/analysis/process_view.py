@@ -10,21 +10,39 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from infertop.analysis.processes import role_of
+from infertop.analysis.ops import OpTotals
+from infertop.analysis.processes import roles
 from infertop.analysis.stages import IDLE
+from infertop.model.events import AllocatorReading
 from infertop.model.session import Session, WindowSummary
 
 
 def process_labels(session: Session) -> tuple[tuple[int, str], ...]:
     """(pid, role) of every followed process, the target first, then by pid."""
-    target = session.target.pid
-    out: list[tuple[int, str]] = []
-    n = 0
-    for pid in sorted(session.processes, key=lambda p: (p != target, p)):
-        role = role_of(pid, target, session.processes[pid].cmdline, n + 1)
-        n += role.startswith("worker")
-        out.append((pid, role))
-    return tuple(out)
+    return tuple(roles(session).items())
+
+
+def process_op_totals(session: Session, pid: int, t: float | None) -> OpTotals:
+    """The torch-profiler totals of one process's agent up to ``t``, folded windows included
+    (op windows name their process; 0 is the target)."""
+    key = 0 if pid == session.target.pid else pid
+    totals = OpTotals()
+    folded = session.folded_ops_by_pid.get(key)
+    if folded is not None:
+        totals.absorb(folded)
+    for w in session.op_windows_between(None, t):
+        if w.pid == key:
+            totals.add(w)
+    return totals
+
+
+def allocator_of(session: Session, pid: int, t: float | None) -> AllocatorReading | None:
+    """The newest allocator reading of one process's agent at or before ``t``."""
+    key = 0 if pid == session.target.pid else pid
+    for r in reversed(session.allocator):
+        if r.pid == key and (t is None or r.t <= t):
+            return r
+    return None
 
 
 class ProcessFilter:

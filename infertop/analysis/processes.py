@@ -36,6 +36,23 @@ def role_of(pid: int, target_pid: int | None, cmdline: str, worker_no: int) -> s
     return f"worker {worker_no}"
 
 
+def roles(session: Session) -> dict[int, str]:
+    """pid -> role guess of every process followed: a rank or a merged recording's host
+    where the recording says (``process_roles``), else from the tree: the target is the router
+    when it has children among them (several PIDs given without ``--children`` are workers)."""
+    target = session.target.pid
+    named = process_roles(session)
+    parents = {p.ppid for p in session.processes.values()}
+    router = target if target in parents else None
+    out: dict[int, str] = {}
+    workers = 0
+    for pid in sorted(session.processes, key=lambda p: (p != target, p)):
+        role = named.get(pid) or role_of(pid, router, session.processes[pid].cmdline, workers + 1)
+        workers += role.startswith("worker")
+        out[pid] = role
+    return out
+
+
 def exit_times(session: Session, t: float | None = None) -> dict[int, float]:
     """pid → when its exit was noticed (the collector's ``process exited`` markers)."""
     out: dict[int, float] = {}
@@ -81,14 +98,11 @@ def process_shares(session: Session, t: float | None = None) -> list[ProcessShar
     gpu = gpu_memory_by_pid(session, t)
     order = sorted(counts, key=lambda p: (p != target, p))
     out: list[ProcessShare] = []
-    worker_no = 0
-    named = process_roles(session)  # ranks, merged recordings' hosts
+    named = roles(session)
     for pid in order:
         proc = session.processes.get(pid)
         cmdline = proc.cmdline if proc is not None else ""
-        role = role_of(pid, target, cmdline, worker_no + 1)
-        if role.startswith("worker"):
-            worker_no += 1
+        role = named.get(pid) or ("router" if pid == target else "worker")
         per = counts[pid]
         out.append(
             ProcessShare(

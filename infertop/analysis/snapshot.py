@@ -18,7 +18,12 @@ from infertop.analysis.ops import (
     gpu_work,
     ops_table,
 )
-from infertop.analysis.process_view import ProcessFilter, process_labels
+from infertop.analysis.process_view import (
+    ProcessFilter,
+    allocator_of,
+    process_labels,
+    process_op_totals,
+)
 from infertop.analysis.processes import exit_times
 from infertop.analysis.shares import StageShare, stage_shares
 from infertop.analysis.stages import IDLE
@@ -161,7 +166,7 @@ def build_snapshot(
     # replay's sessions are not bounded)
     folded: WindowTotals = session.folded
     if process is not None and process in session.processes:
-        # one process of a --children session: its samples only (ops stay the target's)
+        # one process of a many-process session: its samples and its agent's ops only
         windows, stack_counts = (process_filter or ProcessFilter()).windows(
             session, process, len(windows)
         )
@@ -187,10 +192,18 @@ def build_snapshot(
     )
     sampled = folded.sampled_s + sum(w.window.t_end - w.window.t_start for w in windows)
     items = list(stack_counts.items())
-    n_ops = len(session.op_windows_between(None, t))
-    op_totals = (op_accumulator or OpAccumulator()).upto(
-        session.op_windows, id(session), n_ops, session.folded_ops, session.op_windows_folded
-    )
+    if process is not None:  # its own agent's windows (and allocator) only
+        op_totals = process_op_totals(session, process, t)
+        allocator = allocator_of(session, process, t)
+    else:
+        n_ops = len(session.op_windows_between(None, t))
+        op_totals = (op_accumulator or OpAccumulator()).upto(
+            session.op_windows, id(session), n_ops, session.folded_ops, session.op_windows_folded
+        )
+        # merged: the target's allocator beside its NVML memory, when its agent has one
+        allocator = session.allocator_at(t)
+        if allocator is not None and allocator.pid and session.target.pid is not None:
+            allocator = allocator_of(session, session.target.pid, t) or allocator
     working = working_windows(windows)
     if folded.windows:
         working = folded.working + (working or [])
@@ -219,7 +232,7 @@ def build_snapshot(
         ops=tuple(ops_table(paths)),
         device_flame=device_flame(paths, stage_filter),
         gpu=gpu_work(op_totals),
-        allocator=session.allocator_at(t),
+        allocator=allocator,
         op_windows=op_totals.windows,
         op_seconds=op_totals.seconds,
         op_truncated=op_totals.truncated,

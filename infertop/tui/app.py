@@ -38,6 +38,7 @@ from infertop.tui.messages import IngestError, RecordingChanged, SnapshotReady
 from infertop.tui.palette import human_bytes
 from infertop.tui.screens.help import HelpScreen
 from infertop.tui.widgets.findings import FindingsScreen, Jump
+from infertop.tui.widgets.processes import ProcessesScreen
 from infertop.tui.widgets.flame import VIEW_TITLES, VIEWS, FlameList, FlamePanel
 from infertop.tui.widgets.gpu import GpuPanel
 from infertop.tui.widgets.stages import StagePanel
@@ -90,6 +91,14 @@ class InfertopApp(App[None]):
             "next_process",
             "Process",
             "with --children: stages and flame of all processes merged, then of each process",
+            show=False,
+        ),
+        _b(
+            "W",
+            "processes",
+            "Processes",
+            "many processes (--children, several PIDs, ranks): the process selector — pid, "
+            "role, CPU, GPU memory, samples/s of each; enter shows one (or all merged)",
             show=False,
         ),
         _b("question_mark", "help", "Help", "this help", key_display="?"),
@@ -278,6 +287,21 @@ class InfertopApp(App[None]):
         self.process = options[(i + 1) % len(options)]
         self.worker.send(SetProcess(self.process))
 
+    def action_processes(self) -> None:
+        if isinstance(self.screen, ProcessesScreen):
+            self.pop_screen()
+        elif not isinstance(self.screen, (HelpScreen, FindingsScreen)):
+            if not (self.latest and self.latest.processes):
+                self.notify("one process: nothing to choose (see --children, or give several PIDs)")
+                return
+            self.push_screen(ProcessesScreen(self.latest, self.process), self.choose_process)
+
+    def choose_process(self, choice: object) -> None:
+        if choice is None:
+            return
+        self.process = choice if isinstance(choice, int) else None
+        self.worker.send(SetProcess(self.process))
+
     def action_cycle_view(self) -> None:
         """Python flame → torch-ops flame → ops table → Python flame."""
         self._view_chosen = True
@@ -297,6 +321,8 @@ class InfertopApp(App[None]):
             f"i: {n} finding{'s' * (n != 1)}, {worst} first" if n else "i: no findings"
         )
         if isinstance(self.screen, FindingsScreen):
+            self.screen.show(snap)
+        if isinstance(self.screen, ProcessesScreen):
             self.screen.show(snap)
 
     def action_findings(self) -> None:

@@ -12,7 +12,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from textual.message import Message
@@ -20,6 +20,7 @@ from textual.message import Message
 from infertop.analysis.gpu_series import GpuAccumulator
 from infertop.analysis.live_findings import with_findings
 from infertop.analysis.ops import OpAccumulator
+from infertop.analysis.process_table import process_rows
 from infertop.analysis.process_view import ProcessFilter
 from infertop.analysis.snapshot import ReplayState, Snapshot, StackAccumulator, build_snapshot
 from infertop.tui.messages import IngestError, RecordingChanged, SnapshotReady
@@ -234,6 +235,9 @@ class IngestWorker:
             replay=replay,
             notes=notes,
         )
+        if snap.processes:  # the process selector's numbers
+            rows = process_rows(src.session, snap.processes, src.t if self.replay else None)
+            snap = replace(snap, process_rows=rows)
         return with_findings(snap, self._thresholds)  # here, off the UI thread
 
     def _apply(self, cmd: Command) -> None:

@@ -9,9 +9,12 @@ from tui_data import screen_text, shows, started, wait_for
 
 from infertop.config import Config
 from infertop.model.events import (
+    AllocatorReading,
     Frame,
     FrameDef,
     Marker,
+    OpPath,
+    OpWindow,
     ProcessDef,
     SampleWindow,
     StackDef,
@@ -50,6 +53,15 @@ def _tree_recording(path: Path) -> None:
         w.write([SampleWindow(t, t + 1, 100.0, 100, counts, 0, 0.0, 3)])
         if i == 2:
             w.write([Marker(t + 1, "process 102 exited", {"pid": "102", "process": "exited"})])
+        if i == 1:  # the agents: in the router (the target: pid 0) and in worker 1
+            w.write([
+                OpWindow(t, t + 0.5, "agent", 10, False, (
+                    OpPath(("aten::route_gather",), "other", "cpu", 4, 900.0, 900.0),)),
+                OpWindow(t, t + 0.5, "agent", 10, False, (
+                    OpPath(("aten::worker_matmul",), "forward", "cpu", 8, 5000.0, 5000.0),),
+                    pid=101),
+                AllocatorReading(t + 0.5, 0, 1 << 30, 2 << 30, 1 << 30, 0, 0, pid=101),
+            ])  # fmt: skip
     w.close()
 
 
@@ -105,3 +117,46 @@ async def test_one_process_session_has_no_process_view(tmp_path: Path) -> None:
         await pilot.pause(0.2)
         assert "processes" not in screen_text(app) and app.displayed.process is None
         assert app.displayed.samples == 40
+
+
+def _ops(app) -> set[str]:  # noqa: ANN001
+    return {r.name for r in app.displayed.ops}
+
+
+async def test_process_selector_lists_every_process_and_shows_the_chosen_one(tmp_path: Path) -> None:
+    path = tmp_path / "tree.infertop"
+    _tree_recording(path)
+    app = create_app(ReplaySource(read_recording(str(path)), Config()), title="tree")
+    async with app.run_test(size=(130, 36)) as pilot:
+        await started(pilot, app)
+        # merged: every process's samples and every agent's ops; the target's allocator, or
+        # where it has none (a router without a GPU) the newest of any
+        assert _ops(app) == {"aten::route_gather", "aten::worker_matmul"}
+        assert app.displayed.allocator is not None and app.displayed.allocator.pid == 101
+
+        await pilot.press("W")
+        await shows(pilot, app, "all 3 processes merged")
+        text = screen_text(app)
+        lines = {p: next(ln for ln in text.splitlines() if f" {p}  " in ln) for p in (100, 101, 102)}
+        assert "router" in lines[100] and "worker 1" in lines[101] and "worker 2" in lines[102]
+        assert "exited" in lines[102] and "exited" not in lines[101]
+        # worker 1: 60 of 100 ticks a window are active → 0.60 cores; its agent sent 1 window
+        row = next(r for r in app.displayed.process_rows if r.pid == 101)
+        assert abs(row.cpu - 0.6) < 0.01 and row.op_windows == 1
+        assert f"{row.cpu:.2f}" in text
+
+        await pilot.press("down", "down", "enter")  # all → router → worker 1
+        await shows(pilot, app, "worker 1 (pid 101)")
+        await wait_for(pilot, lambda: _ops(app) == {"aten::worker_matmul"})
+        assert app.displayed.allocator is not None and app.displayed.allocator.pid == 101
+        assert app.displayed.samples == 300
+
+        await pilot.press("W")
+        await shows(pilot, app, "all 3 processes merged")
+        await pilot.press("up", "enter")  # back to the router: its own agent's ops
+        await shows(pilot, app, "router (pid 100)")
+        await wait_for(pilot, lambda: _ops(app) == {"aten::route_gather"})
+        assert app.displayed.allocator is None  # its own agent read none
+
+        await pilot.press("W", "home", "enter")
+        await shows(pilot, app, "3 processes, 1 exited · all merged (w)")
