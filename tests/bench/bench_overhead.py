@@ -7,6 +7,12 @@ While attached it also measures infertop's own CPU (infertop + its py-spy childr
 memory.
 
     python tests/bench/bench_overhead.py [--rounds 4] [--phase 8] [--sample textgen_service]
+
+Several settings side by side in one run (each round runs detached and every mode, in an order
+that rotates from round to round; every mode's ratio is to the detached phases of its rounds):
+
+    python tests/bench/bench_overhead.py --mode "infertop=infertop" \
+        --mode "infertop 50 Hz=infertop:--rate 50" --mode "py-spy 100 Hz=py-spy:--rate 100"
 """
 
 from __future__ import annotations
@@ -57,6 +63,24 @@ def tree_cpu(proc: psutil.Process) -> tuple[float, int]:
     return cpu, rss
 
 
+def attach_command(tool: str, extra: list[str], pid: int, out: str, seconds: float) -> list[str]:
+    if tool == "infertop":
+        return [sys.executable, "-m", "infertop", "record", str(pid), "-o", out + ".infertop",
+                "--duration", str(seconds), *extra]  # fmt: skip
+    return [str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(pid),
+            "--format", "raw", "--threads", "-o", out + ".txt", "--duration",
+            str(int(seconds)), *extra]  # fmt: skip
+
+
+def parse_mode(text: str) -> tuple[str, str, list[str]]:
+    """``LABEL=TOOL[:ARG ARG ...]`` → (label, tool, args)."""
+    label, _, spec = text.partition("=")
+    tool, _, rest = (spec or label).partition(":")
+    if tool not in ("infertop", "py-spy"):
+        raise SystemExit(f"--mode {text!r}: the tool is infertop or py-spy")
+    return label, tool, rest.split()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=4)
@@ -67,7 +91,14 @@ def main() -> None:
     ap.add_argument("--infertop-arg", action="append", default=[], help="extra infertop argument")
     ap.add_argument("--tool", choices=("infertop", "py-spy"), default="infertop",
                     help="what to attach: infertop record, or plain py-spy record for reference")
+    ap.add_argument("--mode", action="append", default=[],
+                    help="LABEL=TOOL[:ARGS]: several settings side by side (repeatable)")
     args = ap.parse_args()
+    if args.mode:
+        modes = [parse_mode(m) for m in args.mode]
+    else:
+        rate = [] if args.rate is None else ["--rate", f"{args.rate:g}"]
+        modes = [(args.tool, args.tool, rate + (args.infertop_arg if args.tool == "infertop" else []))]
 
     tmp = tempfile.mkdtemp(prefix="infertop-bench-")
     truth = os.path.join(tmp, "truth.json")
@@ -75,57 +106,53 @@ def main() -> None:
         [sys.executable, "-m", f"samples.{args.sample}", "--truth", truth, *args.sample_arg],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
+    labels = ["detached"] + [m[0] for m in modes]
+    results: dict[str, list[float]] = {label: [] for label in labels}
+    cpu_shares: dict[str, list[float]] = {m[0]: [] for m in modes}
+    rss_peaks: dict[str, list[int]] = {m[0]: [] for m in modes}
     try:
         time.sleep(6)  # start-up and warm-up
-        results: dict[str, list[float]] = {"detached": [], "attached": []}
-        cpu_shares, rss_peaks = [], []
         for i in range(args.rounds):
-            order = ("detached", "attached") if i % 2 == 0 else ("attached", "detached")
-            for mode in order:
+            k = i % len(labels)
+            order = labels[k:] + labels[:k] if len(labels) > 2 else (
+                labels if i % 2 == 0 else labels[::-1])
+            for label in order:
                 rec = None
-                if mode == "attached":
-                    rate = [] if args.rate is None else ["--rate", f"{args.rate:g}"]
-                    if args.tool == "infertop":
-                        cmd = [sys.executable, "-m", "infertop", "record", str(target.pid),
-                               "-o", os.path.join(tmp, f"r{i}.infertop"),
-                               "--duration", str(args.phase + 3), *rate, *args.infertop_arg]
-                    else:
-                        cmd = [str(Path(sys.executable).parent / "py-spy"), "record", "--pid",
-                               str(target.pid), "--format", "raw", "--threads", "-o",
-                               os.path.join(tmp, f"p{i}.txt"), "--duration",
-                               str(int(args.phase + 3)), *rate]
+                if label != "detached":
+                    _, tool, extra = next(m for m in modes if m[0] == label)
+                    out = os.path.join(tmp, f"r{i}-{labels.index(label)}")
+                    cmd = attach_command(tool, extra, target.pid, out, args.phase + 3)
                     rec = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                     time.sleep(1.5)  # let it attach
                     ps = psutil.Process(rec.pid)
                     c0, _ = tree_cpu(ps)
                     w0 = time.monotonic()
                 tput = throughput_over(truth, args.phase)
-                results[mode].append(tput)
+                results[label].append(tput)
                 if rec is not None:
                     c1, rss = tree_cpu(ps)
-                    cpu_shares.append((c1 - c0) / (time.monotonic() - w0))
-                    rss_peaks.append(rss)
+                    cpu_shares[label].append((c1 - c0) / (time.monotonic() - w0))
+                    rss_peaks[label].append(rss)
                     rec.wait(timeout=30)
                 else:
                     time.sleep(1.0)
-                print(f"round {i + 1} {mode:9s} {tput:8.2f} req/s", flush=True)
+                print(f"round {i + 1} {label:18s} {tput:8.2f} req/s", flush=True)
     finally:
         target.terminate()
         target.wait(timeout=15)
     det = statistics.mean(results["detached"])
-    att = statistics.mean(results["attached"])
     print()
-    print(f"sample: {args.sample} {' '.join(args.sample_arg)}  rounds: {args.rounds}  phase: {args.phase:g} s"
-          f"  attached: {args.tool} rate {args.rate or 'default'}")
-    print(f"detached  mean {det:8.2f} req/s  (runs: {', '.join(f'{x:.1f}' for x in results['detached'])})")
-    print(f"attached  mean {att:8.2f} req/s  (runs: {', '.join(f'{x:.1f}' for x in results['attached'])})")
-    paired = [a / d for a, d in zip(results["attached"], results["detached"])]
-    print(f"ratio attached/detached: {att / det:.3f} of means, {statistics.median(paired):.3f} "
-          f"median of per-round ratios   (goal >= 0.97)")
-    print(
-        f"{args.tool} while attached: CPU {100 * statistics.mean(cpu_shares):.1f}% of one core "
-        f"(with its py-spy), memory {max(rss_peaks) / 2**20:.0f} MiB RSS"
-    )
+    print(f"sample: {args.sample} {' '.join(args.sample_arg)}  rounds: {args.rounds}  "
+          f"phase: {args.phase:g} s   (goal: ratio >= 0.97)")  # fmt: skip
+    print(f"{'detached':18s} mean {det:8.2f} req/s  "
+          f"(runs: {', '.join(f'{x:.1f}' for x in results['detached'])})")  # fmt: skip
+    for label, tool, extra in modes:
+        att = statistics.mean(results[label])
+        paired = [a / d for a, d in zip(results[label], results["detached"])]
+        print(f"{label:18s} mean {att:8.2f} req/s  ratio {att / det:.3f} of means, "
+              f"{statistics.median(paired):.3f} median of per-round ratios; "
+              f"{tool} CPU {100 * statistics.mean(cpu_shares[label]):.1f}% of one core, "
+              f"{max(rss_peaks[label]) / 2**20:.0f} MiB RSS  [{tool} {' '.join(extra)}]")  # fmt: skip
 
 
 if __name__ == "__main__":

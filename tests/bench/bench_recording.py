@@ -73,6 +73,9 @@ def main() -> None:
     size = os.path.getsize(long_path)
     print(f"stretched: {args.minutes:g} min, {n} windows, {size / 2**20:.1f} MiB")
 
+    import resource
+
+    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     t0 = time.perf_counter()
     rec = read_recording(long_path)
     t1 = time.perf_counter()
@@ -82,6 +85,9 @@ def main() -> None:
     t3 = time.perf_counter()
     print(f"read {t1 - t0:.2f} s + session {t2 - t1:.2f} s + first snapshot {t3 - t2:.2f} s "
           f"= first frame after {t3 - t0:.2f} s ({snap.samples} samples)")
+    rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"replay's memory: peak RSS {rss0:.0f} MiB before reading, {rss1:.0f} MiB with the hour "
+          f"open (a replay keeps every event of the file: it is not bounded, the file is)")
 
 
 if __name__ == "__main__":

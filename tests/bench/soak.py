@@ -117,6 +117,7 @@ def main() -> int:
           f"{'infertop rss MB':>15} {'thr':>4} {'fds':>4} {'cpu %':>6} | recording MB")  # fmt: skip
     t0 = time.monotonic()
     last_cpu, last_t = usage(ours)["cpu_s"], t0
+    rows: dict[str, list[float]] = {}
     try:
         while True:
             now = time.monotonic()
@@ -124,12 +125,20 @@ def main() -> int:
             cpu = 100 * (i["cpu_s"] - last_cpu) / max(now - last_t, 1e-6)
             last_cpu, last_t = i["cpu_s"], now
             size = os.path.getsize(out) / 2**20 if os.path.exists(out) else 0.0
+            for key, value in (("target RSS MB", t["rss_mb"]), ("target threads", t["threads"]),
+                               ("target fds", t["fds"]), ("infertop RSS MB", i["rss_mb"]),
+                               ("infertop threads", i["threads"]), ("infertop fds", i["fds"]),
+                               ("infertop CPU %", cpu), ("recording MB", size)):  # fmt: skip
+                rows.setdefault(key, []).append(value)
             print(f"{now - t0:6.0f} | {t['rss_mb']:13.1f} {t['threads']:4.0f} {t['fds']:4.0f} | "
                   f"{i['rss_mb']:15.1f} {i['threads']:4.0f} {i['fds']:4.0f} {cpu:6.1f} | "
                   f"{size:.1f}", flush=True)  # fmt: skip
             if now - t0 >= args.minutes * 60:
                 break
             time.sleep(min(args.every, max(0.0, args.minutes * 60 - (now - t0))))
+        print(f"{'':16s} {'first':>8} {'last':>8} {'min':>8} {'max':>8}   (first: the first reading)")
+        for key, xs in rows.items():
+            print(f"{key:16s} {xs[0]:8.1f} {xs[-1]:8.1f} {min(xs):8.1f} {max(xs):8.1f}")
         if term is not None:
             # responsive at the end: the ops view's title, then back to the flame
             term.keys("o")
