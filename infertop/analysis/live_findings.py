@@ -6,14 +6,48 @@ clear as windows roll in, exactly as ``infertop report`` would rank them at that
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
-from infertop.analysis.findings import evaluate
+from infertop.analysis.findings import SEVERITY_ORDER, Finding, evaluate
+from infertop.analysis.processes import roles
 from infertop.analysis.session_findings import snapshot_input
 from infertop.analysis.snapshot import Snapshot
+from infertop.analysis.stragglers import process_steps, straggler_findings
 from infertop.config import FindingThresholds
+from infertop.model.session import Session
 
 
-def with_findings(snap: Snapshot, thresholds: FindingThresholds | None = None) -> Snapshot:
-    """``snap`` with its ranked findings (most severe first)."""
-    return replace(snap, findings=tuple(evaluate(snapshot_input(snap), thresholds)))
+def with_findings(
+    snap: Snapshot, thresholds: FindingThresholds | None = None, extra: Sequence[Finding] = ()
+) -> Snapshot:
+    """``snap`` with its ranked findings (most severe first). In the view of one process
+    (key w) they are that process's and say so; ``extra``: findings only a view of every
+    process can raise (a straggler)."""
+    found = evaluate(snapshot_input(snap), thresholds)
+    if snap.process is not None:
+        found = [f if f.pid is not None else replace(f, pid=snap.process) for f in found]
+    found += extra
+    found.sort(key=lambda f: SEVERITY_ORDER[f.severity])
+    return replace(snap, findings=tuple(found))
+
+
+class StragglerCheck:
+    """The straggler rule on a many-process session, again only when op windows came."""
+
+    def __init__(self) -> None:
+        self._key: tuple[int, int] | None = None
+        self._found: list[Finding] = []
+
+    def findings(
+        self, session: Session, t: float | None, thresholds: FindingThresholds | None = None
+    ) -> list[Finding]:
+        if len(session.processes) < 2:
+            return []
+        n = len(session.op_windows_between(None, t))
+        key = (id(session), n + session.op_windows_folded)
+        if key != self._key:
+            self._key = key
+            names = {pid: f"{role} (pid {pid})" for pid, role in roles(session).items()}
+            self._found = straggler_findings(process_steps(session, t), names, thresholds)
+        return self._found

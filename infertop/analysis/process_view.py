@@ -25,22 +25,29 @@ def process_labels(session: Session) -> tuple[tuple[int, str], ...]:
 def process_op_totals(session: Session, pid: int, t: float | None) -> OpTotals:
     """The torch-profiler totals of one process's agent up to ``t``, folded windows included
     (op windows name their process; 0 is the target)."""
-    key = 0 if pid == session.target.pid else pid
+    keys = _keys(session, pid)
     totals = OpTotals()
-    folded = session.folded_ops_by_pid.get(key)
-    if folded is not None:
-        totals.absorb(folded)
+    for key in keys:
+        folded = session.folded_ops_by_pid.get(key)
+        if folded is not None:
+            totals.absorb(folded)
     for w in session.op_windows_between(None, t):
-        if w.pid == key:
+        if w.pid in keys:
             totals.add(w)
     return totals
 
 
+def _keys(session: Session, pid: int) -> tuple[int, ...]:
+    """The ``pid`` values a process's op windows and allocator readings carry: its own, and
+    0 too for the target (an agent's windows in the target are written without one)."""
+    return (0, pid) if pid == session.target.pid else (pid,)
+
+
 def allocator_of(session: Session, pid: int, t: float | None) -> AllocatorReading | None:
     """The newest allocator reading of one process's agent at or before ``t``."""
-    key = 0 if pid == session.target.pid else pid
+    keys = _keys(session, pid)
     for r in reversed(session.allocator):
-        if r.pid == key and (t is None or r.t <= t):
+        if r.pid in keys and (t is None or r.t <= t):
             return r
     return None
 

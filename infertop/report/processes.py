@@ -23,10 +23,29 @@ def add_processes(
     rep["processes"] = processes_section(session, t)
     if not rep["processes"]:
         return
+    for proc in rep["processes"]:  # the rules on each process's own samples and ops
+        proc["findings"] = process_findings(session, t, proc["pid"], th)
     names = {p["pid"]: f"{p['role']} (pid {p['pid']})" for p in rep["processes"]}
     found = [f.as_dict() for f in straggler_findings(process_steps(session, t), names, th)]
     if found:
         rep["findings"] = sorted(rep["findings"] + found, key=lambda f: SEVERITY_ORDER[f["severity"]])
+
+
+def process_findings(
+    session: Session, t: float | None, pid: int, th: FindingThresholds | None = None
+) -> list[dict[str, Any]]:
+    """The findings of one process: every rule evaluated on its samples and its agent's ops
+    alone (as the UI's view of that process shows them), each naming the process."""
+    from dataclasses import replace
+
+    from infertop.analysis.findings import evaluate
+    from infertop.analysis.session_findings import snapshot_input
+    from infertop.analysis.snapshot import build_snapshot
+
+    snap = build_snapshot(session, t=t, process=pid)
+    if snap.process != pid:
+        return []
+    return [replace(f, pid=pid).as_dict() for f in evaluate(snapshot_input(snap), th)]
 
 
 def processes_section(session: Session, t: float | None = None) -> list[dict[str, Any]] | None:
@@ -110,6 +129,8 @@ def processes_text(rep: dict[str, Any]) -> list[str]:
             out.append(f"      {_stage_list(p) or '(no active samples)'}")
         if p.get("ops"):
             out.append(f"      {_ops_note(p)}")
+        for f in p.get("findings") or ():
+            out.append(f"      [{f['severity']}] {f['rule']}: {f['title']}")
     out.append("")
     return out
 
@@ -120,12 +141,13 @@ def processes_markdown(rep: dict[str, Any]) -> list[str]:
         return []
     out = ["", "## Processes", ""]
     out += [f"{len(procs)} processes; the numbers above are all of them merged.", ""]
-    out += ["| pid | role | samples | stages | torch profiler | command |",
-            "|---:|---|---:|---|---|---|"]  # fmt: skip
+    out += ["| pid | role | samples | stages | torch profiler | findings | command |",
+            "|---:|---|---:|---|---|---|---|"]  # fmt: skip
     for p in procs:
         cmd = (p["cmdline"] or "?")[:100].replace("|", "\\|").replace("`", "'")
+        found = ", ".join(f"{f['rule']} ({f['severity']})" for f in p.get("findings") or ())
         out.append(
             f"| {p['pid']} | {p['role']}{_exit_note(p)} | {p['samples']} | "
-            f"{_stage_list(p)} | {_ops_note(p)} | `{cmd}` |"
+            f"{_stage_list(p)} | {_ops_note(p)} | {found} | `{cmd}` |"
         )
     return out

@@ -18,7 +18,7 @@ from typing import Any
 from textual.message import Message
 
 from infertop.analysis.gpu_series import GpuAccumulator
-from infertop.analysis.live_findings import with_findings
+from infertop.analysis.live_findings import StragglerCheck, with_findings
 from infertop.analysis.ops import OpAccumulator
 from infertop.analysis.process_table import process_rows
 from infertop.analysis.process_view import ProcessFilter
@@ -105,6 +105,7 @@ class IngestWorker:
         self._stage_filter: str | None = None
         self._process: int | None = None
         self._process_filter = ProcessFilter()
+        self._stragglers = StragglerCheck()
         self._error: str | None = None
         config = getattr(source, "config", None)
         self._history = config.collect.history_windows if config is not None else 120
@@ -238,7 +239,10 @@ class IngestWorker:
         if snap.processes:  # the process selector's numbers
             rows = process_rows(src.session, snap.processes, src.t if self.replay else None)
             snap = replace(snap, process_rows=rows)
-        return with_findings(snap, self._thresholds)  # here, off the UI thread
+        extra = [] if snap.process is not None else self._stragglers.findings(
+            src.session, src.t if self.replay else None, self._thresholds
+        )  # fmt: skip
+        return with_findings(snap, self._thresholds, extra)  # here, off the UI thread
 
     def _apply(self, cmd: Command) -> None:
         src = self.source

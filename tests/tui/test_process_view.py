@@ -160,3 +160,31 @@ async def test_process_selector_lists_every_process_and_shows_the_chosen_one(tmp
 
         await pilot.press("W", "home", "enter")
         await shows(pilot, app, "3 processes, 1 exited · all merged (w)")
+
+
+async def test_a_straggler_rank_is_a_finding_in_the_replay(tmp_path: Path) -> None:
+    """An imported rank directory (real traces, one rank stretched by 1.3: a transformed real
+    trace) replays with the straggler among the findings, naming its rank; in the view of one
+    rank, the findings are that rank's and say so."""
+    from tests.support.kineto_ranks import rank_dir
+    from infertop.record.import_kineto import import_trace
+
+    out = tmp_path / "ranks.infertop"
+    import_trace(str(rank_dir(tmp_path, "a100_sampled_rank0", [1.0, 1.0, 1.3])), str(out))
+    app = create_app(ReplaySource(read_recording(str(out)), Config()), title="ranks")
+    async with app.run_test(size=(130, 36)) as pilot:
+        await wait_for(pilot, lambda: app.displayed is not None and app.displayed.op_windows > 0)
+        found = {f.rule: f for f in app.displayed.findings}
+        assert "straggler" in found and "rank 2" in found["straggler"].title
+        slow = found["straggler"].evidence["pid"]
+        await pilot.press("i")
+        await shows(pilot, app, f"pid {slow} · rank 2 (pid {slow}) is a straggler")
+        await pilot.press("escape")
+
+        await pilot.press("W")
+        await shows(pilot, app, "all 3 processes merged")
+        await pilot.press("down", "enter")  # rank 0
+        await wait_for(pilot, lambda: app.displayed.process is not None)
+        rank0 = app.displayed.process
+        assert all(f.rule != "straggler" for f in app.displayed.findings)  # a merged-view rule
+        assert app.displayed.findings and all(f.pid == rank0 for f in app.displayed.findings)

@@ -103,7 +103,9 @@ def finding_prompt(f: Finding, width: int = 200) -> Text:
     line = Text(no_wrap=True, overflow="ellipsis")
     line.append(f"{f.severity:<6} ", style=SEVERITY_STYLE.get(f.severity, ""))
     line.append(f"{f.rule:<24}", style="bold")
-    room = max(10, width - 36)  # the list pads each option
+    where = f"pid {f.pid} · " if f.pid is not None else ""
+    line.append(where, style="#5fafff")
+    room = max(10, width - 36 - len(where))  # the list pads each option
     line.append(f.title if len(f.title) <= room else f.title[: room - 1] + "…")
     return line
 
@@ -113,6 +115,8 @@ def detail_text(f: Finding, jump: Jump | None) -> Text:
     out.append(f.title + "\n", style="bold")
     out.append(f"{f.rule} · ", style="dim")
     out.append(f.severity, style=SEVERITY_STYLE.get(f.severity, ""))
+    if f.pid is not None:
+        out.append(f" · in process {f.pid}", style="#5fafff")
     out.append("\n\nevidence\n", style="bold #5fafff")
     out.append("\n".join(evidence_lines(f.evidence)) + "\n")
     if f.where:
