@@ -193,8 +193,10 @@ class InfertopApp(App[None]):
         if self.replay:
             self.query_one(Timeline).show(snap.replay)
         self._show_findings(snap)
-        if not self._view_chosen and snap.op_windows and not snap.samples:
+        sampling = any(st.collector == "py-spy" and st.state == "running" for st in snap.statuses)
+        if not self._view_chosen and snap.op_windows and not snap.samples and not sampling:
             # torch ops but no Python samples (an imported trace, py-spy denied): show the ops
+            # (live, the agent's first window may come before py-spy's: that is not it)
             self._view_chosen = True
             if self.view == "python":
                 self.show_view("ops")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -78,13 +79,24 @@ def test_attach_shows_stages_and_frames_then_quits_cleanly() -> None:
     assert "throughput:" in out
 
 
+def _parent_cmdline(proc: psutil.Process) -> list[str]:
+    try:
+        parent = proc.parent()
+        return parent.cmdline() if parent is not None else []
+    except psutil.Error:
+        return []
+
+
 def test_demo_starts_the_sample_and_quitting_stops_it() -> None:
     term = Tmux(f"{sys.executable} -m infertop demo", width=80, height=24)
     try:
         term.wait_for(lambda s: "forward" in s and "textgen_service" in s, timeout=45)
-        demo_pids = subprocess.run(
-            ["pgrep", "-f", "samples.textgen_service"], capture_output=True, text=True
-        ).stdout.split()
+        demo_pids = [  # the demo's own sample (another test may run one of its own)
+            str(p.pid)
+            for p in psutil.process_iter(["cmdline"])
+            if "samples.textgen_service" in " ".join(p.info["cmdline"] or ())
+            and "infertop demo" in " ".join(_parent_cmdline(p))
+        ]
         assert demo_pids, "the demo's sample process is running"
         term.keys("q")
         term.wait_for(lambda s: "EXITED-0" in s, timeout=20)
@@ -123,3 +135,51 @@ def test_run_starts_the_command_shows_it_and_stops_it_on_quit(tmp_path) -> None:
     agent = [e for e in read_recording(str(tmp_path / "run.infertop")).events
              if isinstance(e, CollectorStatus) and e.collector == "agent"]  # fmt: skip
     assert any("armed" in e.message for e in agent), agent  # pre-armed: nothing injected
+
+
+def test_attach_children_in_a_terminal_a_worker_dies_and_the_selector_says_so() -> None:
+    """`attach --children` on the router: the status line counts the processes, a killed worker
+    is said to have exited while the others carry on, and W lists every process."""
+    import os
+    import signal
+
+    from infertop.collect.tree import descendants, read_cmdline
+
+    sample = subprocess.Popen(
+        [sys.executable, "samples/multiproc_service.py", "--workers", "2"], cwd=ROOT,
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    term = None
+    try:
+        deadline = time.time() + 90
+        workers: list[int] = []
+        while len(workers) < 2 and time.time() < deadline:
+            workers = [p for p in descendants(sample.pid) if "spawn_main" in read_cmdline(p)]
+            time.sleep(0.5)
+        assert len(workers) == 2
+        time.sleep(8)  # the workers' models are up
+        term = Tmux(f"{sys.executable} -m infertop attach {sample.pid} --children")
+        term.wait_for(lambda s: "4 processes · all merged (w)" in s and "forward" in s, 60)
+        assert "flame · session" in term.screen()  # live: the Python flame, even if an op window came first
+        term.wait_for(lambda s: "agents: running" in s, 60)
+        os.kill(workers[-1], signal.SIGKILL)
+        term.wait_for(lambda s: "4 processes, 1 exited" in s, 30)
+        term.keys("W")
+        screen = term.wait_for(lambda s: "all 4 processes merged" in s, 15)
+        assert "router" in screen and "worker 1" in screen and "exited" in screen
+        # the lines are the router then by pid (the resource tracker may come first): enter on
+        # the line whose pid is the first worker's
+        body = screen.split("all 4 processes merged", 1)[1].splitlines()[1:]
+        pids = [int(m.group(1)) for ln in body if (m := re.match(r"[│ ]*(\d+)  ", ln))]
+        term.keys(*["Down"] * (pids.index(workers[0]) + 1))
+        time.sleep(1.0)
+        term.keys("Enter")
+        term.wait_for(lambda s: f"worker 1 (pid {workers[0]})" in s, 15)
+        term.keys("q")
+        term.wait_for(lambda s: "EXITED-0" in s, timeout=20)
+        assert sample.poll() is None  # the service carries on
+    finally:
+        if term is not None:
+            term.kill()
+        sample.send_signal(signal.SIGTERM)
+        sample.wait(timeout=30)

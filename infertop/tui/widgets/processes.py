@@ -101,23 +101,30 @@ class ProcessesScreen(ModalScreen[object]):
         self._list = None
 
     def show(self, snapshot: Snapshot | None) -> None:
-        """Redraw for a new snapshot, keeping the highlighted line on the same process."""
+        """Redraw for a new snapshot: the lines in place while the processes are the same ones
+        (a live view updates them every tick), rebuilt, keeping the highlighted process, when
+        one came or went."""
         self.snapshot = snapshot
         options = self._list
         if options is None:
             return
+        rows = snapshot.process_rows if snapshot is not None else ()
+        pids: list[int | str] = [ALL, *(r.pid for r in rows)]
+        # one line each: the list's own width once laid out, else the box's at most
+        width = options.scrollable_content_region.width or int(min(150, 0.96 * self.app.size.width)) - 8
+        prompts = [merged_text(snapshot, self.shown is None)]
+        prompts += [row_text(r, r.pid == self.shown, width) for r in rows]
+        if pids == self.pids:
+            for i, prompt in enumerate(prompts):
+                options.replace_option_prompt_at_index(i, prompt)
+            return
         i = options.highlighted
         keep = self.pids[i] if i is not None and 0 <= i < len(self.pids) else None
-        rows = snapshot.process_rows if snapshot is not None else ()
-        self.pids = [ALL, *(r.pid for r in rows)]
-        width = options.scrollable_content_region.width or self.app.size.width - 8
+        self.pids = pids
         options.clear_options()
-        options.add_option(Option(merged_text(snapshot, self.shown is None), id=ALL))
-        options.add_options(
-            Option(row_text(r, r.pid == self.shown, width), id=str(r.pid)) for r in rows
-        )
+        options.add_options(Option(p, id=str(pid)) for p, pid in zip(prompts, pids))
         start = keep if keep is not None else (self.shown if self.shown is not None else ALL)
-        options.highlighted = self.pids.index(start) if start in self.pids else 0
+        options.highlighted = pids.index(start) if start in pids else 0
 
     @on(OptionList.OptionSelected)
     def _chosen(self, event: OptionList.OptionSelected) -> None:
