@@ -54,7 +54,9 @@ clock:
   with the kernel's maxerror. merge prints, per input, the host, the offset applied and
   that clock state, then how well the whole lines up: the inputs' maxerror summed, or
   unknown when a clock was not synchronised or a recording predates clock anchors.
-  A host whose clock you know is S seconds ahead: --offset FILE=-S.
+  A host whose clock you know is S seconds ahead: --offset FILE=-S. An offset given by
+  hand replaces that input's clock: merge then claims no bound (its accuracy is yours
+  to judge) and says so.
 
 examples:
   infertop merge web1.infertop web2.infertop -o incident.infertop
@@ -536,7 +538,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
         print(
             f"infertop: {r.path}: host {r.host or 'unknown'}, {n} process{'es' if n > 1 else ''} "
             f"(pid {', '.join(map(str, r.processes[:6]))}{', ...' if n > 6 else ''}), "
-            f"offset {r.offset_s:+.3f} s, {r.clock}",
+            f"offset {r.offset_s:+.3f} s{' (given by hand)' if r.offset_given else ''}, {r.clock}",
             file=sys.stderr,
         )
         if r.warning:

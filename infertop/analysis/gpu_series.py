@@ -287,11 +287,15 @@ def allocator_device(
     allocator: AllocatorReading | None, devices: Sequence[GpuDeviceReading], mine: Sequence[int] | None
 ) -> GpuDeviceReading | None:
     """The NVML device the allocator's (torch, CUDA_VISIBLE_DEVICES-relative) index is on:
-    the target's n-th device, or its only one, else the device with the same index."""
+    the target's n-th device, or its only one, else the device with the same index. An
+    allocator reading that names its process (a child's, a merged recording's) counts the
+    devices NVML lists that process on, where there are any: in a merged recording the
+    devices of its own host, not every host's target's."""
     if allocator is None:
         return None
     by_index = {d.index: d for d in devices}
-    mine = tuple(mine or ())
+    own = tuple(d.index for d in devices if allocator.pid and any(p == allocator.pid for p, _ in d.processes))
+    mine = own or tuple(mine or ())
     if len(mine) == 1:
         return by_index.get(mine[0])
     if allocator.device < len(mine):

@@ -10,7 +10,10 @@ on one host) become one recording, every input's processes processes of the outp
 - Clock: every time is the recording host's wall clock (unix s). The output aligns on it, plus
   an ``--offset FILE=SECONDS`` the user gives for an input whose clock is known to be off.
   How well it lines up is what the inputs' clock anchors (``record/clock.py``) say: the sum of
-  their ``maxerror`` while every one was synchronised, else unknown.
+  their ``maxerror`` while every one was synchronised, else unknown; an input shifted by hand
+  is aligned by the user's judgement, and no bound is claimed.
+- NVML readings become one series of readings of every host's GPUs, each GPU an index of its
+  own named after its host (``merge_gpu.py``).
 - Each input gets a ``merged input`` marker (path, host, its processes' new pids, its target,
   offset, clock); the whole a ``recordings merged`` marker with the accuracy claimed.
 """
@@ -40,6 +43,7 @@ from infertop.model.events import (
 )
 from infertop.model.gpu import GpuReading
 from infertop.record.clock import SYNCED, ClockAnchor, anchor_of
+from infertop.record.merge_gpu import GpuMerge
 from infertop.record.reader import read_recording
 from infertop.record.remap import IdRemap
 from infertop.record.writer import RecordingWriter
@@ -58,6 +62,7 @@ class InputReport:
     clock: str  # how its clock stood: "synchronised, maxerror 12.3 ms" / "not synchronised" / ...
     bound_us: int | None  # its maxerror while synchronised
     warning: str | None  # damage: read up to it
+    offset_given: bool = False  # --offset named it: its alignment is the user's, not its clock's
 
 
 @dataclass(frozen=True)
@@ -128,11 +133,14 @@ class _Merger:
         self.timed: list[tuple[float, int, Event]] = []
         self.rules: list[tuple[str, str]] = []
         self.targets: list[TargetInfo] = []
+        self.gpu = GpuMerge()  # NVML readings: combined across inputs at the end
 
     def _time(self, t: float, ev: Event) -> None:
         self.timed.append((t, len(self.timed), ev))
 
-    def add(self, path: str, events: list[Event], offset: float, warning: str | None) -> InputReport:
+    def add(
+        self, path: str, events: list[Event], offset: float, warning: str | None, given: bool = False
+    ) -> InputReport:
         target = TargetInfo(pid=None)
         procs: dict[int, ProcessDef] = {}
         for ev in events:  # what the input says of its target and processes
@@ -173,6 +181,7 @@ class _Merger:
             return pmap.get(old or tpid, new_target)
 
         nested = any(isinstance(e, Marker) and e.text == MERGED_INPUT for e in events)
+        gpu = self.gpu.add(path, host, nested, pmap)
         first_t: float | None = None
         for ev in events:
             if isinstance(ev, FrameDef):
@@ -219,12 +228,8 @@ class _Merger:
                 first_t = w.t_start if first_t is None else min(first_t, w.t_start)
             elif isinstance(ev, AllocatorReading):
                 self._time(ev.t + offset, replace(ev, t=ev.t + offset, pid=pid(ev.pid)))
-            elif isinstance(ev, GpuReading):
-                devices = tuple(
-                    replace(d, processes=tuple((pmap.get(p, p), b) for p, b in d.processes))
-                    for d in ev.devices
-                )
-                self._time(ev.t + offset, replace(ev, t=ev.t + offset, devices=devices))
+            elif isinstance(ev, GpuReading):  # devices and pids: in ``finish``
+                gpu.append(replace(ev, t=ev.t + offset))
             elif isinstance(ev, CollectorStatus):
                 self._time(ev.t + offset, replace(ev, t=ev.t + offset))
             elif isinstance(ev, TargetExited):  # one process of the output among others
@@ -244,11 +249,13 @@ class _Merger:
             }
             if anchor is not None and anchor.maxerror_us is not None:
                 extra["maxerror_us"] = str(anchor.maxerror_us)
+            if given:
+                extra["offset_given"] = "by hand"
             t = (first_t if first_t is not None else target.started + offset)
             self._time(t, Marker(t, MERGED_INPUT, extra))
         return InputReport(
             path, host, tuple(pmap.values()), offset, _clock_line(anchor),
-            anchor.bound_us if anchor else None, warning,
+            anchor.bound_us if anchor else None, warning, given,
         )  # fmt: skip
 
     @staticmethod
@@ -266,6 +273,11 @@ class _Merger:
                 extra[key] = ",".join(str(pmap.get(p, p)) for p in ids)
         return Marker(m.t + offset, text, extra)
 
+    def finish(self) -> None:
+        """The NVML readings of all inputs as one series (``merge_gpu``), on the timeline."""
+        for r in self.gpu.readings(set(self.pids.used), self.pids):
+            self._time(r.t, r)
+
     def target(self, hosts: list[str | None]) -> TargetInfo:
         first = self.targets[0]
         names = ", ".join(
@@ -274,6 +286,33 @@ class _Merger:
         started = min((t.started for t in self.targets if t.started), default=0.0)
         return TargetInfo(first.pid, f"{len(self.targets)} recordings merged ({names})",
                           first.python, first.torch, started)  # fmt: skip
+
+
+def accuracy_of(reports: list[InputReport]) -> tuple[int | None, str]:
+    """What alignment the output can claim, in µs (None: unknown) and in one line.
+
+    The inputs' maxerror summed, while every clock was synchronised. An input shifted by
+    ``--offset`` is aligned by the user, not by its clock: its maxerror says nothing about the
+    offset's own error, so no bound is claimed; the line says whose judgement it is (and what
+    the other inputs' clocks alone would give)."""
+    given = [r for r in reports if r.offset_given]
+    clocked = [r for r in reports if not r.offset_given]
+    if given:
+        names = ", ".join(os.path.basename(r.path) for r in given)
+        rest = ""
+        if len(clocked) > 1 and all(r.bound_us is not None for r in clocked):
+            summed = sum(r.bound_us or 0 for r in clocked)
+            rest = f" (the other inputs, on their clocks: ±{summed / 1000:.1f} ms)"
+        return None, (
+            f"aligned on wall clock, {names} shifted by hand (offset given by hand: "
+            f"accuracy is yours to judge){rest}"
+        )
+    bounds = [r.bound_us for r in reports]
+    if all(b is not None for b in bounds):
+        summed = sum(b for b in bounds if b is not None)
+        return summed, f"aligned on wall clock to ±{summed / 1000:.1f} ms (the inputs' maxerror summed)"
+    why = "; ".join(f"{os.path.basename(r.path)}: {r.clock}" for r, b in zip(reports, bounds) if b is None)
+    return None, f"aligned on wall clock; accuracy unknown — {why}"
 
 
 def merge_recordings(paths: list[str], output: str, offsets: dict[int, float] | None = None) -> MergeResult:
@@ -285,14 +324,9 @@ def merge_recordings(paths: list[str], output: str, offsets: dict[int, float] | 
         rec = read_recording(path)  # not a recording, a newer major: BadInputFile (exit 5)
         if not rec.events:
             raise BadInputFile(f"{path} holds no events", "is the recording empty (its writer killed at once)?")
-        reports.append(m.add(path, rec.events, offsets.get(i, 0.0), rec.warning))
-    bounds = [r.bound_us for r in reports]
-    if all(b is not None for b in bounds):
-        accuracy_us: int | None = sum(b for b in bounds if b is not None)
-        accuracy = f"aligned on wall clock to ±{accuracy_us / 1000:.1f} ms (the inputs' maxerror summed)"
-    else:
-        why = "; ".join(f"{os.path.basename(r.path)}: {r.clock}" for r, b in zip(reports, bounds) if b is None)
-        accuracy_us, accuracy = None, f"aligned on wall clock; accuracy unknown — {why}"
+        reports.append(m.add(path, rec.events, offsets.get(i, 0.0), rec.warning, i in offsets))
+    m.finish()
+    accuracy_us, accuracy = accuracy_of(reports)
     m.timed.sort(key=lambda x: (x[0], x[1]))
     t0 = m.timed[0][0] if m.timed else 0.0
     t1 = m.timed[-1][0] if m.timed else 0.0
