@@ -471,10 +471,11 @@ def cmd_report(args: argparse.Namespace) -> int:
     from infertop.report.trace import is_trace_path
 
     if is_trace_path(args.file):
-        from infertop.report.trace import build_trace_report, render_trace_text
+        from infertop.report.trace import build_ranks_report, build_trace_report, render_trace_text
 
         data = prefetch.take() if prefetch is not None else None
-        rep = build_trace_report(args.file, _config(args).findings, data)
+        ranks = build_ranks_report(args.file, _config(args))  # None: not a directory of ranks
+        rep = ranks if ranks is not None else build_trace_report(args.file, _config(args).findings, data)
         if args.format == "json":
             sys.stdout.write(json.dumps(rep, indent=2) + "\n")
         else:

@@ -122,7 +122,8 @@ class _Tracks:
 def export_chrome_recording(path: str, out: str, config: Config | None = None) -> ExportResult:
     cfg = config or Config()
     stream = RecordingStream(path)
-    t0, recorded_rules, target = scan_recording(stream)
+    defined: dict[int, ProcessDef] = {}
+    t0, recorded_rules, target = scan_recording(stream, defined)
     classifier = StageClassifier(tuple(cfg.stage_rules) + tuple(recorded_rules))
     pid = target.pid if target.pid is not None and 0 < target.pid < GPU_PID_OFFSET else 1
     gpu_pid = pid + GPU_PID_OFFSET
@@ -133,7 +134,8 @@ def export_chrome_recording(path: str, out: str, config: Config | None = None) -
     writer = TraceEventWriter(out)
     emit = writer.event
     try:
-        _metadata(emit, pid, gpu_pid, target)
+        own = defined.get(target.pid) if target.pid is not None else None
+        _metadata(emit, pid, gpu_pid, target, own.cmdline if own is not None else None)
         tracks = _Tracks(emit, pid)
         frames: list = []
         stacks: list[tuple[int, ...]] = []
@@ -288,8 +290,14 @@ class _Processes:
         return layout
 
 
-def _metadata(emit: Callable[[dict], None], pid: int, gpu_pid: int, target: TargetInfo) -> None:
-    cmd = (target.cmdline or "python")[:120]
+def _metadata(
+    emit: Callable[[dict], None], pid: int, gpu_pid: int, target: TargetInfo, own: str | None
+) -> None:
+    """The target's group and the NVML group. ``own``: the target's process definition's
+    command line: in a rank directory or a merged recording the target is one process of many
+    (``rank 0 (FILE)``, a host's service) and its group is named as the others are, not after
+    the whole recording (``3 ranks of DIR``), which becomes the group's label."""
+    cmd = (own or target.cmdline or "python")[:120]
     emit(
         {
             "ph": "M",
@@ -303,6 +311,7 @@ def _metadata(emit: Callable[[dict], None], pid: int, gpu_pid: int, target: Targ
     labels = ", ".join(
         x
         for x in (
+            f"in {target.cmdline[:160]}" if own and target.cmdline and own != target.cmdline else "",
             f"python {target.python}" if target.python else "",
             f"torch {target.torch}" if target.torch else "",
         )

@@ -6,7 +6,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from infertop.errors import BadInputFile
-from infertop.model.events import OpWindow, SampleWindow, StageRules, StageSpan, TargetInfo
+from infertop.model.events import (
+    OpWindow,
+    ProcessDef,
+    SampleWindow,
+    StageRules,
+    StageSpan,
+    TargetInfo,
+)
 from infertop.record.stream import RecordingStream
 from infertop.sources import event_time
 
@@ -23,9 +30,10 @@ class ExportResult:
 
 
 def scan_recording(
-    stream: RecordingStream,
+    stream: RecordingStream, processes: dict[int, ProcessDef] | None = None
 ) -> tuple[float, tuple[tuple[str, str], ...], TargetInfo]:
-    """First pass: the earliest time (the trace's zero), the recorded stage rules, the target."""
+    """First pass: the earliest time (the trace's zero), the recorded stage rules, the target;
+    the process definitions go into ``processes`` when given."""
     t0: float | None = None
     rules: tuple[tuple[str, str], ...] = ()
     target = TargetInfo(pid=None)
@@ -35,7 +43,9 @@ def scan_recording(
             t = ev.t_start
         if t is not None and t > 0 and (t0 is None or t < t0):
             t0 = t
-        if isinstance(ev, StageRules) and not rules:
+        if isinstance(ev, ProcessDef) and processes is not None:
+            processes.setdefault(ev.pid, ev)
+        elif isinstance(ev, StageRules) and not rules:
             rules = ev.rules
         elif isinstance(ev, TargetInfo):
             target = TargetInfo(

@@ -108,11 +108,15 @@ def import_trace(path: str, output: str, progress: Progress | None = None) -> Im
     return ImportResult(source, output, len(windows), plan.n, plan.t1 - plan.t0)
 
 
-def read_windows(source: str, say: Progress) -> tuple[_Plan, list[OpWindow]]:
-    """A trace file read and reduced into op windows (of the target: pid 0)."""
-    size = os.path.getsize(source) if os.path.isfile(source) else 0
-    say(f"reading {source} ({size / 1e6:.1f} MB)")
-    trace = read_trace(source)
+def read_windows(
+    source: str, say: Progress, trace: KinetoTrace | None = None
+) -> tuple[_Plan, list[OpWindow]]:
+    """A trace file read (``trace``: already read) and reduced into op windows (of the
+    target: pid 0)."""
+    if trace is None:
+        size = os.path.getsize(source) if os.path.isfile(source) else 0
+        say(f"reading {source} ({size / 1e6:.1f} MB)")
+        trace = read_trace(source)
     keep = np.isin(trace.cat, [CAT[c] for c in KEPT])
     if not keep.any():
         raise BadInputFile(

@@ -33,7 +33,10 @@ from infertop.model.events import (
 from infertop.record.remap import IdRemap
 
 if TYPE_CHECKING:
-    from infertop.record.import_kineto import ImportResult, Progress
+    from collections.abc import Callable
+
+    from infertop.collect.kineto import KinetoTrace
+    from infertop.record.import_kineto import ImportResult, Progress, RankInfo
 
 CLOCK_NOTE = (
     "ranks on one host share its clock and line up exactly; ranks on different hosts line up "
@@ -54,8 +57,29 @@ def rank_label(rank: int, file: str) -> str:
     return f"rank {rank} ({os.path.basename(file)})"
 
 
-def import_ranks(path: str, files: list[str], output: str, say: Progress) -> ImportResult:
-    from infertop.record.import_kineto import ImportResult, RankInfo, read_windows, write_recording
+@dataclass(frozen=True)
+class RankEvents:
+    """A directory of rank traces as a recording's events, before any is written."""
+
+    prelude: list[Event]  # target, processes, threads, statuses, the import marker
+    windows: list[OpWindow]  # every rank's, in time order
+    ranks: tuple[RankInfo, ...]
+    events: int  # the traces' events
+    seconds: float
+    notes: list[str]  # the clock; ranks numbered by file; traces left out
+
+
+def rank_events(
+    path: str,
+    files: list[str],
+    say: Progress,
+    each: Callable[[str, KinetoTrace], None] | None = None,
+) -> RankEvents:
+    """Every trace of ``files`` read (one in memory at a time) and made a process.
+    ``each(file, trace)``: called with every trace that reads, before it is reduced (the
+    report's per-rank trace report reads it there, so that no trace is read twice)."""
+    from infertop.collect.kineto import read_trace
+    from infertop.record.import_kineto import RankInfo, read_windows
 
     pids, tids = IdRemap(), IdRemap()
     read: list[tuple[str, _Rank, list[OpWindow]]] = []
@@ -63,13 +87,16 @@ def import_ranks(path: str, files: list[str], output: str, say: Progress) -> Imp
     for k, f in enumerate(files):
         say(f"rank file {k + 1} of {len(files)}: {os.path.basename(f)}")
         try:
-            plan, windows = read_windows(f, say)
+            trace = read_trace(f)
+            if each is not None:
+                each(f, trace)
+            plan, windows = read_windows(f, say, trace)
         except BadInputFile as exc:  # use the ranks that read; say which did not
             skipped.append(f"{os.path.basename(f)} ({exc.message})")
             continue
         main = plan.main_ops[0] if plan.main_ops is not None else None
         read.append((f, _Rank(plan.trace.rank, plan.pid, main, plan.n), windows))
-        del plan  # the trace's columns: one rank in memory at a time
+        del plan, trace  # the trace's columns: one rank in memory at a time
     if not read:
         raise BadInputFile(f"{path}: none of its {len(files)} traces could be read: {skipped[0]}")
     given = [r.rank for _, r, _ in read]
@@ -108,10 +135,17 @@ def import_ranks(path: str, files: list[str], output: str, say: Progress) -> Imp
         Marker(t0, "imported torch.profiler traces",
                {"traces": os.path.abspath(path), "ranks": str(len(ranks)), "clock": CLOCK_NOTE}),
     ]  # fmt: skip
-    write_recording(output, prelude, windows)
     notes = [f"{len(ranks)} ranks, one process each; {CLOCK_NOTE}"]
     if by_file:
         notes.append("the traces do not each name a distinct rank: ranks are numbered by file order")
     if skipped:
         notes.append("left out: " + "; ".join(skipped))
-    return ImportResult(path, output, len(windows), n_events, t1 - t0, "\n".join(notes), tuple(ranks))
+    return RankEvents(prelude, windows, tuple(ranks), n_events, t1 - t0, notes)
+
+
+def import_ranks(path: str, files: list[str], output: str, say: Progress) -> ImportResult:
+    from infertop.record.import_kineto import ImportResult, write_recording
+
+    r = rank_events(path, files, say)
+    write_recording(output, r.prelude, r.windows)
+    return ImportResult(path, output, len(r.windows), r.events, r.seconds, "\n".join(r.notes), r.ranks)

@@ -1,8 +1,10 @@
 """Reports on torch.profiler (Kineto) traces: one file, or a directory with one trace per rank.
 
 The document follows the schema-1 report; a trace has no py-spy samples, so ``stages`` and
-``top_frames`` are empty and ``target`` is unknown. A directory gives ``ranks``: one such
-report per trace file, in rank order.
+``top_frames`` are empty and ``target`` is unknown. A directory of two or more traces is
+imported in memory as ``infertop import DIR`` imports it (one process per rank) and reported as
+that recording is — the ``processes`` section, the ``straggler`` finding — with ``ranks`` added:
+each trace's own report, in rank order (every trace is read once, for both).
 """
 
 from __future__ import annotations
@@ -13,8 +15,8 @@ from typing import Any
 from infertop.analysis.findings import evaluate
 from infertop.analysis.gpu import summarize_gpu
 from infertop.analysis.trace_findings import trace_input
-from infertop.collect.kineto import read_trace
-from infertop.config import FindingThresholds
+from infertop.collect.kineto import KinetoTrace, read_trace
+from infertop.config import Config, FindingThresholds
 from infertop.errors import BadInputFile
 
 TOP_OPS = 50
@@ -36,8 +38,10 @@ def trace_files(path: str) -> list[str]:
     return files
 
 
-def _one(path: str, thresholds: FindingThresholds, data: bytes | None = None) -> dict[str, Any]:
-    trace = read_trace(path, data)
+def _one(
+    path: str, thresholds: FindingThresholds, data: bytes | None = None, trace: KinetoTrace | None = None
+) -> dict[str, Any]:
+    trace = trace if trace is not None else read_trace(path, data)
     gpu = summarize_gpu(trace)
     inp = trace_input(trace, gpu)
     findings = evaluate(inp, thresholds)
@@ -92,7 +96,57 @@ def build_trace_report(
     }
 
 
+def build_ranks_report(path: str, config: Config | None = None) -> dict[str, Any] | None:
+    """The report of a directory of two or more traces, as ``import DIR`` + ``report`` give it,
+    with each trace's own report as ``ranks``; None for a file or a directory of one trace.
+
+    The recording lives in memory only: op windows (a few kB each, one per step) and
+    definitions; each trace's columns are dropped before the next is read."""
+    from infertop.analysis.snapshot import build_snapshot
+    from infertop.record.format import MAJOR, MINOR
+    from infertop.record.import_kineto import trace_paths
+    from infertop.record.import_ranks import rank_events
+    from infertop.record.reader import Recording
+    from infertop.report.build import build_report
+    from infertop.report.processes import add_processes
+    from infertop.sources import ReplaySource
+
+    if not os.path.isdir(path):
+        return None
+    files = trace_paths(path)
+    if len(files) < 2:
+        return None
+    cfg = config or Config()
+    th = cfg.findings
+    own: list[dict[str, Any]] = []
+    ranks = rank_events(path, files, lambda _text: None, lambda f, trace: own.append(_one(f, th, trace=trace)))
+    rec = Recording(path, (MAJOR, MINOR), ranks.prelude + list(ranks.windows))
+    src = ReplaySource(rec, cfg)
+    snap = build_snapshot(src.session, t=src.t, notes=src.notes)
+    rep = build_report(snap, "kineto", path, th)
+    add_processes(rep, src.session, src.t, th)
+    rep["import_notes"] = ranks.notes  # the clock; how ranks were numbered; traces left out
+    rep["ranks"] = sorted(own, key=lambda r: (r["rank"] is None, r["rank"] or 0))
+    return rep
+
+
+def render_ranks_text(rep: dict[str, Any], markdown: bool = False) -> str:
+    """A directory's report (``build_ranks_report``): the recording's text, then what import
+    noted and where each rank's own trace report is."""
+    from infertop.report.text import render_markdown, render_text
+
+    body = render_markdown(rep) if markdown else render_text(rep)
+    tail = [f"{'- ' if markdown else ''}import: {n}" for n in rep.get("import_notes", [])]
+    tail.append(
+        f"{'- ' if markdown else ''}each rank's own trace report: infertop report FILE, or "
+        "`ranks` in --format json"
+    )
+    return body.rstrip("\n") + "\n\n" + "\n".join(tail) + "\n"
+
+
 def render_trace_text(rep: dict[str, Any], markdown: bool = False) -> str:
+    if "processes" in rep and "ranks" in rep:
+        return render_ranks_text(rep, markdown)
     if "ranks" in rep:
         return "\n".join(render_trace_text(r, markdown) for r in rep["ranks"])
     h = "## " if markdown else ""

@@ -133,8 +133,9 @@ def test_report_reads_kineto_traces_and_directories_of_ranks(repo_root, tmp_path
         shutil.copy(traces / f"{name}.json.gz", ranks)
     rep = json.loads(run("report", str(ranks), "--format", "json").stdout)
     assert [r["rank"] for r in rep["ranks"]] == [0, 34]
+    assert [p["role"] for p in rep["processes"]] == ["rank 0", "rank 34"]  # as import + report
     md = run("report", str(ranks), "--format", "markdown").stdout
-    assert md.count("# infertop report") == 2
+    assert md.count("# infertop report") == 1 and "rank 34 (cpu_only_rank34.json.gz)" in md
 
 
 @pytest.mark.parametrize("content", [b'{"a": 1}', b"[1, 2", b"\x1f\x8b garbage", b""])

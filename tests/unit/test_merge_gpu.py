@@ -163,6 +163,9 @@ def test_the_chrome_export_has_every_gpu_s_counters_and_validates(merged: tuple[
     assert rep.problems == [], rep.problems[:5]
     names = {e["name"] for e in doc["traceEvents"] if e.get("ph") == "C" and e["name"].startswith("GPU")}
     assert {f"GPU{i} utilization (%)" for i in range(5)} <= names
+    groups = {e["pid"]: e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "process_name"}
+    assert groups[4242] == "python serve.py --port 8000 (pid 4242)"  # web1's target, not the whole
+    assert sum(n.startswith("python serve.py --port 8000 (pid ") for n in groups.values()) == 3
 
 
 def test_one_host_twice_sees_its_gpus_once(hosts: list[Path], tmp_path: Path) -> None:
