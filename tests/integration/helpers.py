@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import subprocess
 import sys
 import time
@@ -80,3 +81,31 @@ def env_without_agent() -> dict[str, str]:
     env = dict(os.environ)
     env.pop("INFERTOP_AGENT", None)
     return env
+
+
+def serving(cmd: list[str], timeout: float = 90) -> subprocess.Popen[str]:
+    """Start a sample (``cmd``: its script and arguments) and wait for its first throughput
+    line: its model is up and it serves. Its stdout stays readable (the rest of it)."""
+    proc = subprocess.Popen(
+        [sys.executable, *cmd], cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        ready, _, _ = select.select([proc.stdout], [], [], 0.5)
+        if ready:
+            line = proc.stdout.readline()
+            if line.startswith("throughput:"):
+                return proc
+            if not line and proc.poll() is not None:
+                break
+    proc.kill()
+    raise AssertionError(f"{cmd} never served")
+
+
+def workers_of(pid: int) -> list[int]:
+    """The worker processes of ``samples/multiproc_service.py`` started as ``pid``."""
+    from infertop.collect.tree import descendants, read_cmdline
+
+    return [p for p in descendants(pid) if "spawn_main" in read_cmdline(p)]

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
@@ -17,35 +15,16 @@ from infertop.collect.tree import descendants, read_cmdline
 from infertop.model.events import Marker, SampleWindow, ThreadDef
 from infertop.record.reader import read_recording
 
-from .helpers import INFERTOP, ROOT, infertop, report_json
+from .helpers import INFERTOP, ROOT, infertop, report_json, serving, workers_of
 
 pytestmark = pytest.mark.slow
 
 
-def _wait_for_line(proc: subprocess.Popen[str], prefix: str, timeout: float = 90) -> str:
-    assert proc.stdout is not None
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        ready, _, _ = select.select([proc.stdout], [], [], 0.5)
-        if ready:
-            line = proc.stdout.readline()
-            if line.startswith(prefix):
-                return line
-            if not line and proc.poll() is not None:
-                break
-    raise AssertionError(f"the sample never printed {prefix!r}")
-
-
 def test_record_children_follows_every_worker_and_survives_one_dying(tmp_path) -> None:
-    sample = subprocess.Popen(
-        [sys.executable, "samples/multiproc_service.py", "--workers", "3"],
-        cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True,
-    )  # fmt: skip
+    sample = serving(["samples/multiproc_service.py", "--workers", "3"])
     out = str(tmp_path / "tree.infertop")
     try:
-        _wait_for_line(sample, "throughput:")  # every worker has its model and serves
-        workers = [p for p in descendants(sample.pid) if "spawn_main" in read_cmdline(p)]
+        workers = workers_of(sample.pid)
         assert len(workers) == 3
         rec = subprocess.Popen(
             INFERTOP + ["record", str(sample.pid), "--children", "--no-inject", "-o", out,

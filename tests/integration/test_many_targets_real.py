@@ -12,12 +12,10 @@ import time
 
 import pytest
 
-from infertop.collect.tree import descendants, read_cmdline
 from infertop.model.events import CollectorStatus, Marker, OpWindow, ProcessDef, SampleWindow, ThreadDef
 from infertop.record.reader import read_recording
 
-from .helpers import INFERTOP, ROOT, report_json, start_target, stop_target
-from .test_children_real import _wait_for_line
+from .helpers import INFERTOP, ROOT, report_json, serving, start_target, stop_target, workers_of
 
 pytestmark = pytest.mark.slow
 
@@ -40,15 +38,10 @@ def _no_agents_left(pids: list[int]) -> bool:
 
 
 def test_every_torch_worker_gets_the_agent(tmp_path) -> None:
-    sample = subprocess.Popen(
-        [sys.executable, "samples/multiproc_service.py", "--workers", "2"],
-        cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True,
-    )  # fmt: skip
+    sample = serving(["samples/multiproc_service.py", "--workers", "2"])
     out = str(tmp_path / "agents.infertop")
     try:
-        _wait_for_line(sample, "throughput:")
-        workers = [p for p in descendants(sample.pid) if "spawn_main" in read_cmdline(p)]
+        workers = workers_of(sample.pid)
         assert len(workers) == 2
         rec = _record(str(sample.pid), "--children", "-o", out, "--duration", "14",
                       "--profile-period", "3")  # fmt: skip

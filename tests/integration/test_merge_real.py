@@ -6,11 +6,9 @@ group per process."""
 
 from __future__ import annotations
 
-import select
 import signal
 import socket
 import subprocess
-import sys
 import time
 
 import pytest
@@ -20,32 +18,14 @@ from infertop.record.reader import read_recording
 from infertop.sources import ReplaySource
 from tests.support.chrome_trace import load, validate
 
-from .helpers import INFERTOP, ROOT, infertop, report_json
+from .helpers import INFERTOP, infertop, report_json, serving
 
 pytestmark = pytest.mark.slow
 
 
-def _serving(cmd: list[str]) -> subprocess.Popen[str]:
-    """Start a sample and wait for its first throughput line (its model is up and serving)."""
-    proc = subprocess.Popen(
-        [sys.executable, *cmd], cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL, text=True,
-    )  # fmt: skip
-    assert proc.stdout is not None
-    deadline = time.time() + 90
-    while time.time() < deadline:
-        ready, _, _ = select.select([proc.stdout], [], [], 0.5)
-        if ready and proc.stdout.readline().startswith("throughput:"):
-            return proc
-        if proc.poll() is not None:
-            break
-    proc.kill()
-    raise AssertionError(f"{cmd} never served")
-
-
 def test_two_services_merge_into_one_recording_with_every_process(tmp_path) -> None:
-    textgen = _serving(["samples/textgen_service.py"])
-    multi = _serving(["samples/multiproc_service.py", "--workers", "2"])
+    textgen = serving(["samples/textgen_service.py"])
+    multi = serving(["samples/multiproc_service.py", "--workers", "2"])
     one, tree = str(tmp_path / "textgen.infertop"), str(tmp_path / "multi.infertop")
     try:
         recs = [

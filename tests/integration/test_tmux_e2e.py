@@ -12,7 +12,7 @@ import uuid
 import psutil
 import pytest
 
-from .helpers import ROOT, start_target, stop_target
+from .helpers import ROOT, serving, start_target, stop_target, workers_of
 
 pytestmark = [
     pytest.mark.slow,
@@ -143,21 +143,11 @@ def test_attach_children_in_a_terminal_a_worker_dies_and_the_selector_says_so() 
     import os
     import signal
 
-    from infertop.collect.tree import descendants, read_cmdline
-
-    sample = subprocess.Popen(
-        [sys.executable, "samples/multiproc_service.py", "--workers", "2"], cwd=ROOT,
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+    sample = serving(["samples/multiproc_service.py", "--workers", "2"])
     term = None
     try:
-        deadline = time.time() + 90
-        workers: list[int] = []
-        while len(workers) < 2 and time.time() < deadline:
-            workers = [p for p in descendants(sample.pid) if "spawn_main" in read_cmdline(p)]
-            time.sleep(0.5)
+        workers = workers_of(sample.pid)
         assert len(workers) == 2
-        time.sleep(8)  # the workers' models are up
         term = Tmux(f"{sys.executable} -m infertop attach {sample.pid} --children")
         term.wait_for(lambda s: "4 processes · all merged (w)" in s and "forward" in s, 60)
         assert "flame · session" in term.screen()  # live: the Python flame, even if an op window came first
