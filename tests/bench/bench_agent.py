@@ -7,7 +7,7 @@ rates over the same seconds: the machine's swings hit both alike, and the ratio 
 - ``none``        nothing attached (the ratio of two plain twins: the noise floor);
 - ``agent``       the agent injected (``infertop.agent.inject``), profiling at infertop's
                   defaults (a 0.25 s torch.profiler window every 10 s), no py-spy;
-- ``infertop``    ``infertop record PID`` as a user runs it: py-spy at 100 Hz and the agent;
+- ``infertop``    ``infertop record PID`` as a user runs it: py-spy at its default rate and the agent;
 - ``continuous``  one ``torch.profiler.profile()`` held around the whole run
                   (tests/bench/profiled_launch.py), CPU ops on all threads.
 

@@ -53,7 +53,7 @@ def test_replay_shows_what_live_showed(tmp_path) -> None:
     live = build_snapshot(src.session)
     replay = ReplaySource(read_recording(out), Config())
     again = build_snapshot(replay.session, t=replay.t)
-    assert live.samples > 150
+    assert live.samples > 75  # ~3 windows of 50 Hz (the default)
     assert again.totals == live.totals
     assert again.top == live.top
     assert again.flame.total == live.flame.total
@@ -78,7 +78,7 @@ def test_sigkill_during_record_leaves_a_readable_recording(tmp_path) -> None:
     finally:
         stop_target(target)
     rep = report_json(out)
-    assert rep["sampling"]["samples"] >= 200  # ~3 windows of 100 Hz made it to disk
+    assert rep["sampling"]["samples"] >= 100  # ~3 windows of 50 Hz (the default) made it to disk
     assert rep["duration_s"] >= 2.5
 
 
