@@ -25,9 +25,15 @@ class Tmux:
         self.name = f"infertop-test-{uuid.uuid4().hex[:8]}"
         subprocess.run(
             ["tmux", "new-session", "-d", "-s", self.name, "-x", str(width), "-y", str(height),
+             # the command starts once the pane has its size (see below)
+             f"for i in $(seq 50); do [ $(tput cols) -ge {width} ] && break; sleep 0.1; done; "
              f"cd {ROOT} && {command}; echo EXITED-$?; sleep 30"],
             check=True,
         )  # fmt: skip
+        # a detached session may come up at tmux's default-size (80x24): pin the size asked
+        # for (a program started before it would keep the small size)
+        subprocess.run(["tmux", "resize-window", "-t", self.name, "-x", str(width),
+                        "-y", str(height)], check=False)  # fmt: skip
 
     def screen(self) -> str:
         r = subprocess.run(["tmux", "capture-pane", "-p", "-t", self.name], capture_output=True, text=True)
@@ -44,7 +50,9 @@ class Tmux:
             if predicate(screen):
                 return screen
             time.sleep(0.3)
-        raise AssertionError(f"screen never matched; last screen:\n{screen}")
+        size = subprocess.run(["tmux", "display", "-p", "-t", self.name,
+                               "#{window_width}x#{window_height}"], capture_output=True, text=True)
+        raise AssertionError(f"screen never matched; {size.stdout.strip()}; last screen:\n{screen}")
 
     def kill(self) -> None:
         subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True)
@@ -150,7 +158,9 @@ def test_attach_children_in_a_terminal_a_worker_dies_and_the_selector_says_so() 
         assert len(workers) == 2
         term = Tmux(f"{sys.executable} -m infertop attach {sample.pid} --children")
         term.wait_for(lambda s: "4 processes · all merged (w)" in s and "forward" in s, 60)
-        assert "flame · session" in term.screen()  # live: the Python flame, even if an op window came first
+        # live: the Python flame (file:line frames), even if an agent's window came first
+        term.wait_for(lambda s: ".py:" in s, 30)
+        assert "aten::" not in term.screen()
         term.wait_for(lambda s: "agents: running" in s, 60)
         os.kill(workers[-1], signal.SIGKILL)
         term.wait_for(lambda s: "4 processes, 1 exited" in s, 30)
@@ -160,7 +170,8 @@ def test_attach_children_in_a_terminal_a_worker_dies_and_the_selector_says_so() 
         # the lines are the router then by pid (the resource tracker may come first): enter on
         # the line whose pid is the first worker's
         body = screen.split("all 4 processes merged", 1)[1].splitlines()[1:]
-        pids = [int(m.group(1)) for ln in body if (m := re.match(r"[│ ]*(\d+)  ", ln))]
+        pids = [int(m.group(1)) for ln in body if (m := re.search(r"│\s+▸?\s*(\d+)  [a-z]", ln))]
+        assert workers[0] in pids, screen
         term.keys(*["Down"] * (pids.index(workers[0]) + 1))
         time.sleep(1.0)
         term.keys("Enter")
