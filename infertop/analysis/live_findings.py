@@ -6,6 +6,7 @@ clear as windows roll in, exactly as ``infertop report`` would rank them at that
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -13,7 +14,7 @@ from infertop.analysis.findings import SEVERITY_ORDER, Finding, evaluate
 from infertop.analysis.processes import roles
 from infertop.analysis.session_findings import snapshot_input
 from infertop.analysis.snapshot import Snapshot
-from infertop.analysis.stragglers import process_steps, straggler_findings
+from infertop.analysis.stragglers import comparison, straggler_findings
 from infertop.config import FindingThresholds
 from infertop.model.session import Session
 
@@ -32,11 +33,16 @@ def with_findings(
     return replace(snap, findings=tuple(found))
 
 
+SPANS_EVERY_S = 2.0
+
+
 class StragglerCheck:
-    """The straggler rule on a many-process session, again only when op windows came."""
+    """The straggler rule on a many-process session, again only when op windows or stage
+    spans came."""
 
     def __init__(self) -> None:
-        self._key: tuple[int, int] | None = None
+        self._key: tuple[int, int, int] | None = None
+        self._at = 0.0
         self._found: list[Finding] = []
 
     def findings(
@@ -45,9 +51,13 @@ class StragglerCheck:
         if len(session.processes) < 2:
             return []
         n = len(session.op_windows_between(None, t))
-        key = (id(session), n + session.op_windows_folded)
-        if key != self._key:
-            self._key = key
+        key = (id(session), n + session.op_windows_folded, len(session.spans))
+        # spans come with every window: compare again at most every SPANS_EVERY_S for them
+        due = key[:2] != self._key[:2] if self._key else True
+        due = due or (key != self._key and time.monotonic() - self._at >= SPANS_EVERY_S)
+        if due:
+            self._key, self._at = key, time.monotonic()
             names = {pid: f"{role} (pid {pid})" for pid, role in roles(session).items()}
-            self._found = straggler_findings(process_steps(session, t), names, thresholds)
+            steps, unit = comparison(session, t)
+            self._found = straggler_findings(steps, names, thresholds, unit)
         return self._found

@@ -30,6 +30,10 @@ if TYPE_CHECKING:
 
 STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 FILLED = 0.8  # a window is "one step" when that step covers this much of it
+FORWARD = "forward"
+INTERVAL_S = 5.0  # forward calls are compared per interval of this length
+MIN_CALLS = 3  # calls of a process in an interval, to count it
+STEPS, CALLS = "steps", "forward calls"  # what ``comparison`` compared
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,35 @@ def process_steps(session: Session, t: float | None = None) -> dict[int, dict[in
     return out
 
 
+def process_forward_calls(
+    session: Session, t: float | None = None, stage: str = FORWARD
+) -> dict[int, dict[int, Step]]:
+    """pid -> interval number (``INTERVAL_S`` apart) -> the median duration of its ``forward``
+    calls that ended in it, from the stage spans (the agent's timed stage functions, annotated
+    stages): replicas of a service have no ``ProfilerStep#N`` to match, but the same model
+    served on every one of them; intervals with fewer than ``MIN_CALLS`` calls are left out."""
+    target = session.target.pid or 0
+    owner = session.thread_pid
+    calls: dict[int, dict[int, list[float]]] = {}
+    for sp in session.spans_between(None, t):
+        if sp.stage == stage:
+            per = calls.setdefault(owner.get(sp.tid, target), {})
+            per.setdefault(int(sp.t_end // INTERVAL_S), []).append((sp.t_end - sp.t_start) * 1000.0)
+    return {
+        pid: {k: Step(median(ms), 0.0) for k, ms in per.items() if len(ms) >= MIN_CALLS}
+        for pid, per in calls.items()
+    }
+
+
+def comparison(session: Session, t: float | None = None) -> tuple[dict[int, dict[int, Step]], str]:
+    """What to compare the processes on, and its unit: their ``ProfilerStep#N`` steps where at
+    least two processes have some (ranks of a job), else their forward calls per interval."""
+    steps = process_steps(session, t)
+    if sum(1 for s in steps.values() if s) >= 2:
+        return steps, STEPS
+    return process_forward_calls(session, t), CALLS
+
+
 def find_stragglers(
     steps: dict[int, dict[int, Step]], th: FindingThresholds | None = None
 ) -> list[Straggler]:
@@ -106,8 +139,10 @@ def straggler_findings(
     steps: dict[int, dict[int, Step]],
     names: dict[int, str],
     th: FindingThresholds | None = None,
+    unit: str = STEPS,
 ) -> list[Finding]:
-    """One ``straggler`` finding per straggling process; ``names``: pid -> how to call it."""
+    """One ``straggler`` finding per straggling process; ``names``: pid -> how to call it;
+    ``unit``: what ``steps`` hold (``comparison`` says)."""
     from infertop.analysis.findings import Finding
 
     out = []
@@ -115,28 +150,47 @@ def straggler_findings(
         name = names.get(s.pid, f"pid {s.pid}")
         others = [ms for pid, ms in s.median_ms.items() if pid != s.pid]
         severity = "high" if s.excess >= 0.25 else "medium" if s.excess >= 0.15 else "low"
-        comm = any(st.comm_ms > 0 for st in steps[s.pid].values())
+        by_name = {names.get(p, f"pid {p}"): round(ms, 3) for p, ms in s.median_ms.items()}
+        if unit == CALLS:
+            title = (
+                f"{name} is a straggler: its forward calls take {100 * s.excess:.0f}% longer "
+                f"than the others' ({s.median_ms[s.pid]:.1f} ms vs {median(others):.1f} ms a "
+                f"call; slower in {s.slow_steps} of {s.steps} {INTERVAL_S:g}-s intervals)"
+            )
+            evidence = {
+                "pid": s.pid,
+                "metric": f"forward call time, median per {INTERVAL_S:g} s interval",
+                "excess": round(s.excess, 4),
+                "intervals_compared": s.steps,
+                "intervals_slower": s.slow_steps,
+                "intervals_slowest": s.slowest_steps,
+                "median_call_ms": by_name,
+            }
+        else:
+            comm = any(st.comm_ms > 0 for st in steps[s.pid].values())
+            title = (
+                f"{name} is a straggler: its steps take {100 * s.excess:.0f}% longer than the "
+                f"others' ({s.median_ms[s.pid]:.1f} ms vs {median(others):.1f} ms per step; "
+                f"slower in {s.slow_steps} of {s.steps} steps)"
+            )
+            evidence = {
+                "pid": s.pid,
+                "metric": "step time less NCCL kernel time" if comm else "step time",
+                "excess": round(s.excess, 4),
+                "steps_compared": s.steps,
+                "steps_slower": s.slow_steps,
+                "steps_slowest": s.slowest_steps,
+                "median_step_ms": by_name,
+                "median_step_wall_ms": {
+                    names.get(p, f"pid {p}"): round(ms, 3) for p, ms in s.median_wall_ms.items()
+                },
+            }
         out.append(
             Finding(
                 "straggler",
                 severity,
-                f"{name} is a straggler: its steps take {100 * s.excess:.0f}% longer than the "
-                f"others' ({s.median_ms[s.pid]:.1f} ms vs {median(others):.1f} ms per step; "
-                f"slower in {s.slow_steps} of {s.steps} steps)",
-                {
-                    "pid": s.pid,
-                    "metric": "step time less NCCL kernel time" if comm else "step time",
-                    "excess": round(s.excess, 4),
-                    "steps_compared": s.steps,
-                    "steps_slower": s.slow_steps,
-                    "steps_slowest": s.slowest_steps,
-                    "median_step_ms": {
-                        names.get(p, f"pid {p}"): round(ms, 3) for p, ms in s.median_ms.items()
-                    },
-                    "median_step_wall_ms": {
-                        names.get(p, f"pid {p}"): round(ms, 3) for p, ms in s.median_wall_ms.items()
-                    },
-                },
+                title,
+                evidence,
                 (name,),
                 "find why this process is slower than its peers: uneven inputs (batch sizes, "
                 "sequence lengths, data loader shards), its GPU's clocks and thermal or power "

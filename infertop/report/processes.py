@@ -11,7 +11,7 @@ from infertop.analysis.findings import SEVERITY_ORDER
 from infertop.analysis.process_ops import process_ops
 from infertop.analysis.process_roles import host_of, rank_of
 from infertop.analysis.processes import process_shares
-from infertop.analysis.stragglers import process_steps, straggler_findings
+from infertop.analysis.stragglers import comparison, straggler_findings
 from infertop.config import FindingThresholds
 from infertop.model.session import Session
 
@@ -26,7 +26,8 @@ def add_processes(
     for proc in rep["processes"]:  # the rules on each process's own samples and ops
         proc["findings"] = process_findings(session, t, proc["pid"], th)
     names = {p["pid"]: f"{p['role']} (pid {p['pid']})" for p in rep["processes"]}
-    found = [f.as_dict() for f in straggler_findings(process_steps(session, t), names, th)]
+    steps, unit = comparison(session, t)
+    found = [f.as_dict() for f in straggler_findings(steps, names, th, unit)]
     if found:
         rep["findings"] = sorted(rep["findings"] + found, key=lambda f: SEVERITY_ORDER[f["severity"]])
 
