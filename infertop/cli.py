@@ -276,7 +276,8 @@ def _collectors(target, args: argparse.Namespace, cfg, others: Sequence[int] = (
         ManyTargets([target.pid, *others], rate, window_s, children)
         if others
         else PySpyCollector(target.pid, rate, window_s, children=children),
-        NvmlCollector(target.pid),  # no GPU or no driver: it only says why, and runs nothing
+        # no GPU or no driver: it only says why, and runs nothing
+        NvmlCollector(target.pid, others=others, children=children),
     ]
     statuses = []
     if getattr(args, "no_inject", False):

@@ -11,10 +11,12 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from infertop.collect.base import drain
+from infertop.collect.tree import descendants
 from infertop.model.events import CollectorStatus
 from infertop.model.gpu import GpuDeviceReading, GpuReading
 
@@ -250,14 +252,29 @@ def _text(x: Any) -> str | None:
     return x.decode(errors="replace") if isinstance(x, bytes) else str(x)
 
 
+TREE_EVERY = 4  # readings between two looks at a session's processes (2 s at 0.5 s)
+
+
 class NvmlCollector:
     """Reads NVML every ``interval`` seconds on its own thread (collector protocol)."""
 
     name = "nvml"
 
-    def __init__(self, target_pid: int | None, interval: float = 0.5, lib: Any = None) -> None:
+    def __init__(
+        self,
+        target_pid: int | None,
+        interval: float = 0.5,
+        lib: Any = None,
+        *,
+        others: Sequence[int] = (),
+        children: bool = False,
+    ) -> None:
         self.interval = interval
         self._reader = NvmlReader(target_pid, lib)
+        #: a session of several processes (``others``: more targets; ``children``: their
+        #: trees): "the target's memory" on a device is all of theirs, a service's GPU memory
+        self._roots = [p for p in (target_pid, *others) if p]
+        self._children = children
         self._events: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -276,9 +293,23 @@ class NvmlCollector:
         self._thread = threading.Thread(target=self._run, name="infertop-nvml", daemon=True)
         self._thread.start()
 
+    def _session_pids(self) -> set[int]:
+        """Every process of the session, in every pid namespace we can see (NVML's are the
+        host's): the targets and, with ``children``, their descendants."""
+        pids: set[int] = set()
+        for root in self._roots:
+            for pid in [root, *(descendants(root) if self._children else ())]:
+                pids |= target_pids(pid)
+        return pids
+
     def _run(self) -> None:
         known = dict(self._reader.unavailable)
+        n = 0
         while not self._stop.is_set():
+            if len(self._roots) > 1 or self._children:
+                if n % TREE_EVERY == 0:  # children come and go: look again now and then
+                    self._reader.target = self._session_pids()
+                n += 1
             try:
                 self._events.put(self._reader.read())
             except Exception as exc:  # noqa: BLE001 - a bug here must not end the session

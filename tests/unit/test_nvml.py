@@ -163,3 +163,30 @@ def test_closing_twice_frees_each_gpm_sample_once() -> None:
     reader.close()
     reader.close()
     assert len(freed) == len(set(freed)) == 2 and not lib.initialised
+
+
+def test_a_session_of_several_processes_counts_all_their_gpu_memory() -> None:
+    """With --children (or several PIDs), "the target's memory" on a GPU is the whole
+    session's: a child process (a real one, below this test) that holds the memory NVML lists
+    counts, and puts its GPU first; without --children it does not."""
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        def first_reading(children: bool) -> GpuReading:
+            lib = FakeNvml("h100_pair.json", target_pid=child.pid)  # the child holds 54.7 GiB
+            col = NvmlCollector(os.getpid(), interval=0.05, lib=lib, children=children)
+            col.start()
+            time.sleep(0.3)
+            col.stop()
+            return next(e for e in col.poll() if isinstance(e, GpuReading))
+
+        tree = first_reading(children=True)
+        assert tree.devices[0].process_memory == 58720256000
+        assert tree.used_by_target() == (0,)
+        alone = first_reading(children=False)
+        assert alone.devices[0].process_memory == 0 and alone.used_by_target() == ()
+    finally:
+        child.kill()
+        child.wait()
