@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 
 from infertop.collect.agent_attach import AgentAttach
@@ -53,7 +54,7 @@ class ChildAgents:
         roots: list[int],
         config: AgentConfig,
         *,
-        extra_targets: list[int] = (),  # type: ignore[assignment]
+        extra_targets: Sequence[int] = (),
         children: bool = True,
         scan_s: float = 1.0,
         inject_timeout: float = 5.0,
@@ -77,7 +78,6 @@ class ChildAgents:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._out: list[Event] = []
 
     # -- Collector protocol -----------------------------------------------------------------
     def start(self) -> None:
@@ -89,7 +89,7 @@ class ChildAgents:
     def poll(self) -> list[Event]:
         with self._lock:
             attaches = list(self._attaches.items())
-            out, self._out = self._out, []
+        out: list[Event] = []
         for pid, attach in attaches:
             for ev in attach.poll():
                 tagged = self._tag(pid, ev)
