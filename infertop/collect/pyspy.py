@@ -23,8 +23,15 @@ from dataclasses import dataclass
 
 from infertop.collect.target import classify_pyspy_failure, find_pyspy, pid_alive
 from infertop.collect.base import drain
-from infertop.collect.tree import descendants, gone, read_cmdline, read_ppid, split_processes
-from infertop.model.events import CollectorStatus, Frame, Marker, TargetExited
+from infertop.collect.tree import (
+    descendants,
+    exit_marker,
+    gone,
+    read_cmdline,
+    read_ppid,
+    split_processes,
+)
+from infertop.model.events import CollectorStatus, Frame, TargetExited
 
 _THREAD_RE = re.compile(r"^thread \((0x[0-9a-fA-F]+|\d+)\)(?:: (.*))?$")
 _FRAME_RE = re.compile(r"^(.*?) \((.*?)(?::(\d+))?\)$")
@@ -233,10 +240,7 @@ class PySpyCollector:
                 self._procs[pid] = (read_ppid(pid) or 0, read_cmdline(pid))
         for pid in gone(self._live_children()):
             self._ended.add(pid)
-            cmd = self._procs[pid][1]
-            self._events.put(Marker(
-                time.time(), f"process {pid} exited", {"pid": str(pid), "process": "exited",
-                                                        "cmdline": cmd[:200]}))  # fmt: skip
+            self._events.put(exit_marker(time.time(), pid, self._procs[pid][1]))
 
     def _count_threads(self) -> int:
         """Python threads alive, idle ones included (``py-spy record`` omits those); with

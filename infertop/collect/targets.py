@@ -12,8 +12,8 @@ from __future__ import annotations
 import time
 
 from infertop.collect.pyspy import PySpyCollector
-from infertop.collect.tree import read_cmdline
-from infertop.model.events import CollectorStatus, Marker, TargetExited
+from infertop.collect.tree import exit_marker, read_cmdline
+from infertop.model.events import CollectorStatus, TargetExited
 
 #: the worst state wins the summed-up status
 _RANK = {"failed": 3, "unavailable": 2, "running": 1, "stopped": 0}
@@ -47,10 +47,7 @@ class ManyTargets:
             for ev in spy.poll():
                 if isinstance(ev, TargetExited):
                     self._exited.setdefault(spy.pid, ev.t)
-                    cmd = self.cmdlines.get(spy.pid, "")
-                    out.append(Marker(ev.t, f"process {spy.pid} exited",
-                                      {"pid": str(spy.pid), "process": "exited",
-                                       "cmdline": cmd[:200]}))  # fmt: skip
+                    out.append(exit_marker(ev.t, spy.pid, self.cmdlines.get(spy.pid, "")))
                 elif isinstance(ev, CollectorStatus):
                     self._statuses[spy.pid] = ev
                     changed = True

@@ -13,6 +13,7 @@ import os
 import re
 
 from infertop.collect.target import pid_alive
+from infertop.model.events import Marker
 
 _PROCESS_RE = re.compile(r'^process (\d+):"(.*)"$', re.DOTALL)
 _THREAD_ID_RE = re.compile(r"^thread \((0x[0-9a-fA-F]+|\d+)\)")
@@ -131,3 +132,10 @@ def _scan_descendants(pid: int) -> list[int]:
 def gone(pids: list[int]) -> list[int]:
     """The pids among ``pids`` that have exited (zombies count as exited)."""
     return [p for p in pids if not pid_alive(p)]
+
+
+def exit_marker(t: float, pid: int, cmdline: str) -> Marker:
+    """The timeline's note that a followed process is gone (the others carry on)."""
+    return Marker(
+        t, f"process {pid} exited", {"pid": str(pid), "process": "exited", "cmdline": cmdline[:200]}
+    )
