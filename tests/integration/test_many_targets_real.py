@@ -27,6 +27,23 @@ def _record(*args: str) -> subprocess.Popen[str]:
     )  # fmt: skip
 
 
+def _recorded(path: str) -> list:
+    """The events of a recording being written (up to its last complete record)."""
+    try:
+        return read_recording(path).events
+    except Exception:  # noqa: BLE001 - not there yet
+        return []
+
+
+def _until(condition, timeout: float) -> bool:  # noqa: ANN001
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.5)
+    return False
+
+
 def _no_agents_left(pids: list[int]) -> bool:
     """No agent thread is left in any of ``pids`` (py-spy dump lists every thread)."""
     py_spy = os.path.join(os.path.dirname(sys.executable), "py-spy")
@@ -43,8 +60,14 @@ def test_every_torch_worker_gets_the_agent(tmp_path) -> None:
     try:
         workers = workers_of(sample.pid)
         assert len(workers) == 2
-        rec = _record(str(sample.pid), "--children", "-o", out, "--duration", "14",
+        rec = _record(str(sample.pid), "--children", "-o", out, "--duration", "120",
                       "--profile-period", "3")  # fmt: skip
+        # until each worker's agent has sent a window (a loaded machine takes longer), then
+        # one period more, then Ctrl-C
+        _until(lambda: {e.pid for e in _recorded(out) if isinstance(e, OpWindow)} >= set(workers),
+               90)  # fmt: skip
+        time.sleep(3)
+        rec.send_signal(signal.SIGINT)
         _, err = rec.communicate(timeout=90)
         assert rec.returncode == 0, err
         assert sample.poll() is None  # the service carries on
@@ -78,14 +101,20 @@ def test_several_pids_are_one_session_and_one_may_exit(tmp_path) -> None:
     out = str(tmp_path / "two.infertop")
     try:
         time.sleep(2)  # torch imported in both
-        rec = _record(str(first.pid), str(second.pid), "-o", out, "--duration", "9",
+        rec = _record(str(first.pid), str(second.pid), "-o", out, "--duration", "120",
                       "--profile-period", "2")  # fmt: skip
-        time.sleep(6)
+        # the second target's agent has sent a window (injection and the first window take a
+        # few seconds, more on a loaded machine): then it exits
+        assert _until(lambda: any(isinstance(e, OpWindow) and e.pid == second.pid
+                                  for e in _recorded(out)), 60), "no window from the second"
         second.send_signal(signal.SIGTERM)
         second.wait(timeout=15)
+        time.sleep(4)
+        assert rec.poll() is None  # the other target keeps the session going
+        rec.send_signal(signal.SIGINT)  # as Ctrl-C
         _, err = rec.communicate(timeout=60)
         assert rec.returncode == 0, err
-        assert "(duration reached)" in err  # the other target kept the session going
+        assert "(interrupted)" in err
         assert first.poll() is None
     finally:
         stop_target(first)
