@@ -26,7 +26,7 @@ class ProcessRow:
     cpu: float  # cores' worth of active samples over the recent seconds
     samples_per_s: float
     gpu_memory: int | None  # bytes on all GPUs (NVML); None: no NVML readings
-    op_windows: int  # torch.profiler windows of its agent so far (0: no agent data)
+    op_windows: int  # torch.profiler windows of its agent in the session (0: no agent data)
     exited: bool
 
 
@@ -60,6 +60,8 @@ def process_rows(
             ticks[pid] = ticks.get(pid, 0) + w.ticks
     span = max(1e-9, t_now - start)
     ops: dict[int, int] = {}
+    for key, folded in session.folded_ops_by_pid.items():  # a bounded session's older windows
+        ops[key or target] = ops.get(key or target, 0) + folded.windows
     for ow in session.op_windows_between(None, t):
         pid = ow.pid or target
         ops[pid] = ops.get(pid, 0) + 1

@@ -129,3 +129,21 @@ def test_replay_sessions_keep_everything() -> None:
     s = Session()
     feed([s], 120)
     assert s.windows_folded == 0 and len(s.windows) == 120 and s.op_windows_folded == 0
+
+
+def test_the_process_selector_counts_every_agent_window_of_a_bounded_session() -> None:
+    """The selector's per-process count of agent windows covers the whole session, not only
+    the windows a bounded live session still keeps in full."""
+    from infertop.analysis.process_table import process_rows
+    from infertop.model.events import OpWindow, ProcessDef, TargetInfo
+
+    s = Session(retain_s=10.0)
+    s.apply(TargetInfo(pid=100, started=T0))
+    s.apply(ProcessDef(100, 0, "python router.py"))
+    s.apply(ProcessDef(101, 100, "python -c spawn_main()"))
+    for i in range(60):  # a window a second from each process's agent, for a minute
+        s.apply(OpWindow(T0 + i, T0 + i + 0.25, "agent", 10, False))
+        s.apply(OpWindow(T0 + i, T0 + i + 0.25, "agent", 10, False, pid=101))
+    assert len(s.op_windows) < 40  # most were folded
+    rows = {r.pid: r for r in process_rows(s, ((100, "router"), (101, "worker 1")))}
+    assert rows[100].op_windows == 60 and rows[101].op_windows == 60
