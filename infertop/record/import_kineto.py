@@ -245,7 +245,7 @@ class _Plan:
 
     def _assign(self) -> np.ndarray:
         """Window index per kept event (-1: every window it overlaps, for annotations)."""
-        t, n = self.trace, self.n
+        t = self.trace
         root = self.rel.copy()  # the start of the outermost CPU event around each event
         cpu = np.isin(self.cats, [CAT[c] for c in CPU_SIDE])
         pos = np.flatnonzero(cpu)

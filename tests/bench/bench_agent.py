@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "bench"))
 
-from bench_overhead import read_requests, throughput_over  # noqa: E402
+from bench_overhead import read_requests  # noqa: E402
 
 from infertop.agent import protocol as P  # noqa: E402
 from infertop.agent.inject import inject  # noqa: E402
