@@ -14,8 +14,9 @@ process, named by ``process_name`` metadata):
   - ``torch ops (per-window aggregate)``: each profiler window's op call tree (``oplayout.py``).
 In a second group per process with op windows, ``GPU`` (``GPU · pid N`` for the others):
 kernels and memcpy/memset per window, with arrows from the ops that launched them, and the
-CUDA-allocator readings as counters; the NVML readings are counters of the first ``GPU``. Collector health, markers
-and findings (per minute) are instant events.
+CUDA-allocator readings as counters. Each GPU's NVML readings are counters in the GPU group of
+the process using it (``gpu_groups.py``; one process: all in ``GPU``). Collector health,
+markers and findings (per minute) are instant events.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from infertop.analysis.stages import StageClassifier
 from infertop.config import Config
 from infertop.export import chrome_counters as counters
 from infertop.export.chunk_findings import FindingsByChunk
+from infertop.export.gpu_groups import GpuGroups
 from infertop.export.jsonout import TraceEventWriter, us
 from infertop.export.lanes import EndOrderedLanes, StartOrderedLanes
 from infertop.export.oplayout import OpLayout
@@ -123,10 +125,12 @@ def export_chrome_recording(path: str, out: str, config: Config | None = None) -
     cfg = config or Config()
     stream = RecordingStream(path)
     defined: dict[int, ProcessDef] = {}
-    t0, recorded_rules, target = scan_recording(stream, defined)
+    gpus = GpuGroups()
+    t0, recorded_rules, target = scan_recording(stream, defined, gpus.observe)
     classifier = StageClassifier(tuple(cfg.stage_rules) + tuple(recorded_rules))
     pid = target.pid if target.pid is not None and 0 < target.pid < GPU_PID_OFFSET else 1
     gpu_pid = pid + GPU_PID_OFFSET
+    owners = gpus.owners(target.pid)
 
     def ns(t: float) -> int:
         return round((t - t0) * 1e9)
@@ -150,6 +154,10 @@ def export_chrome_recording(path: str, out: str, config: Config | None = None) -
             tracks.pid_of,
         )
         procs = _Processes(emit, pid, ns)
+
+        def gpu_of(index: int) -> int:  # the GPU group a device's NVML counters go in
+            return procs.gpu_group(procs.chrome_pid(owners.get(index, pid)))
+
         chunks = FindingsByChunk(classifier, cfg.findings)
         for ev in stream:
             done = chunks.add(ev)
@@ -180,7 +188,7 @@ def export_chrome_recording(path: str, out: str, config: Config | None = None) -
             elif isinstance(ev, AllocatorReading):
                 counters.allocator(emit, procs.chrome_pid(ev.pid) + GPU_PID_OFFSET, ev, ns)
             elif isinstance(ev, GpuReading):
-                counters.nvml(emit, gpu_pid, ev, ns)
+                counters.nvml(emit, gpu_of, ev, ns)
             elif isinstance(ev, CollectorStatus):
                 emit(
                     {
@@ -248,11 +256,12 @@ def export_chrome_recording(path: str, out: str, config: Config | None = None) -
 
 class _Processes:
     """The Chrome process (track group) of each recorded process, named as it is defined, and
-    each one's op layout and GPU group, made when its first op window comes."""
+    each one's GPU group (made when its first op window or GPU comes) and op layout."""
 
     def __init__(self, emit: Callable[[dict], None], main: int, ns: Callable[[float], int]) -> None:
         self.emit, self.main, self.ns = emit, main, ns
-        self.named: set[int] = {main}
+        self.order: dict[int, int] = {main: 0}  # Chrome pid -> its place (its GPU group's next)
+        self.gpus: set[int] = {main + GPU_PID_OFFSET}  # GPU groups named (the target's is)
         self.layouts: dict[int, OpLayout] = {}
 
     def chrome_pid(self, pid: int) -> int:
@@ -265,22 +274,27 @@ class _Processes:
             {"ph": "M", "pid": pid, "tid": 0, "name": "process_sort_index", "args": {"sort_index": order}}
         )
 
+    def _process(self, pid: int, name: str) -> None:
+        if pid not in self.order:  # the target is named from its TargetInfo
+            self.order[pid] = 2 * len(self.order)
+            self._name(pid, name, self.order[pid])
+
     def define(self, p: ProcessDef) -> None:
-        pid = self.chrome_pid(p.pid)
-        if pid in self.named:  # the target: named from its TargetInfo
-            return
-        self.named.add(pid)
-        self._name(pid, f"{(p.cmdline or 'process')[:120]} (pid {p.pid})", 2 * len(self.named))
+        self._process(self.chrome_pid(p.pid), f"{(p.cmdline or 'process')[:120]} (pid {p.pid})")
+
+    def gpu_group(self, pid: int) -> int:
+        """The GPU group of the process with Chrome pid ``pid``, named the first time."""
+        gpu = pid + GPU_PID_OFFSET
+        if gpu not in self.gpus:
+            self.gpus.add(gpu)
+            self._process(pid, f"pid {pid}")
+            self._name(gpu, f"GPU · pid {pid}", self.order[pid] + 1)
+        return gpu
 
     def ops(self, pid: int, tracks: _Tracks) -> OpLayout:
         layout = self.layouts.get(pid)
         if layout is None:
-            gpu = pid + GPU_PID_OFFSET
-            if pid != self.main:
-                if pid not in self.named:
-                    self.named.add(pid)
-                    self._name(pid, f"pid {pid}", 2 * len(self.named))
-                self._name(gpu, f"GPU · pid {pid}", 2 * len(self.named) + 1)
+            gpu = self.gpu_group(pid)
             tracks.name_track(OPS_TRACK, "torch ops (per-window aggregate)", 1 << 20, pid)
             tracks.name_track(KERNELS, "kernels (per-window aggregate)", 0, gpu)
             tracks.name_track(COPIES, "memcpy / memset (per-window aggregate)", 1, gpu)

@@ -131,10 +131,12 @@ NVML_COUNTERS = (
 
 
 def nvml(
-    emit: Callable[[dict], None], gpu_pid: int, r: GpuReading, ns: Callable[[float], int]
+    emit: Callable[[dict], None], group: Callable[[int], int], r: GpuReading, ns: Callable[[float], int]
 ) -> None:
+    """Each device's readings as counters in ``group(device index)``'s track group."""
     ts = us(max(0, ns(r.t)))
     for d in r.devices:
+        gpu_pid = group(d.index)
         for title, fields in NVML_COUNTERS:
             args = {}
             for key, attr, div in fields:

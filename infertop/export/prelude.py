@@ -3,10 +3,12 @@ origin, the stage rules it was recorded with, what is known of the target)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from infertop.errors import BadInputFile
 from infertop.model.events import (
+    Event,
     OpWindow,
     ProcessDef,
     SampleWindow,
@@ -30,14 +32,18 @@ class ExportResult:
 
 
 def scan_recording(
-    stream: RecordingStream, processes: dict[int, ProcessDef] | None = None
+    stream: RecordingStream,
+    processes: dict[int, ProcessDef] | None = None,
+    observe: Callable[[Event], None] | None = None,
 ) -> tuple[float, tuple[tuple[str, str], ...], TargetInfo]:
     """First pass: the earliest time (the trace's zero), the recorded stage rules, the target;
-    the process definitions go into ``processes`` when given."""
+    the process definitions go into ``processes`` when given, and every event to ``observe``."""
     t0: float | None = None
     rules: tuple[tuple[str, str], ...] = ()
     target = TargetInfo(pid=None)
     for ev in stream:
+        if observe is not None:
+            observe(ev)
         t = event_time(ev)
         if isinstance(ev, (SampleWindow, StageSpan, OpWindow)):
             t = ev.t_start

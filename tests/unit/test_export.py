@@ -140,6 +140,37 @@ def test_overlapping_ranges_go_to_lanes_and_nothing_is_lost(tmp_path) -> None:
     assert validate(load(out)).problems == []
 
 
+def test_each_gpu_s_counters_are_with_the_process_that_uses_it(tmp_path) -> None:
+    """``--children``: a router without a GPU, two workers on a GPU each, and a process outside
+    the session holding more of GPU 1 than its worker. Each GPU's NVML counters are in its
+    worker's GPU group, the router's ``GPU`` group has none."""
+    from infertop.model.events import ProcessDef
+    from infertop.model.gpu import GpuDeviceReading, GpuReading
+
+    w = RecordingWriter(str(tmp_path / "tree.infertop"))
+    w.write(definitions() + [ProcessDef(4242, 0, "python router.py"), ProcessDef(5001, 4242, "python worker.py 0"),
+                             ProcessDef(5002, 4242, "python worker.py 1")])  # fmt: skip
+    t = definitions()[0].started
+    for k in range(4):
+        w.write([sample_window(t + k, ((MAIN, 1, 50),)), GpuReading(t + k + 0.5, (
+            GpuDeviceReading(0, "NVIDIA A100", memory_used=9 << 30, util_gpu=40.0,
+                             processes=((5001, 8 << 30),) if k else ()),  # the worker comes late
+            GpuDeviceReading(1, "NVIDIA A100", memory_used=30 << 30, util_gpu=70.0,
+                             processes=((5002, 4 << 30), (9999, 20 << 30))),
+        ))])  # fmt: skip
+    w.close()
+    out = str(tmp_path / "tree.json")
+    export(str(tmp_path / "tree.infertop"), "chrome", out)
+    events = _events(out)
+    assert validate(load(out)).problems == []
+    groups = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
+    util = [(e["name"].split()[0], groups[e["pid"]]) for e in events
+            if e.get("ph") == "C" and e["name"].endswith("utilization (%)")]  # fmt: skip
+    assert set(util) == {("GPU0", "GPU · pid 5001"), ("GPU1", "GPU · pid 5002")}
+    assert len(util) == 8  # every reading, the one before the worker held memory too
+    assert groups[5001] == "python worker.py 0 (pid 5001)"
+
+
 def test_gzip_when_the_name_ends_in_gz(tmp_path) -> None:
     rec = write_session(str(tmp_path / "s.infertop"), seconds=2)
     plain, packed = str(tmp_path / "t.json"), str(tmp_path / "t.json.gz")

@@ -166,6 +166,13 @@ def test_the_chrome_export_has_every_gpu_s_counters_and_validates(merged: tuple[
     groups = {e["pid"]: e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "process_name"}
     assert groups[4242] == "python serve.py --port 8000 (pid 4242)"  # web1's target, not the whole
     assert sum(n.startswith("python serve.py --port 8000 (pid ") for n in groups.values()) == 3
+    # each host's GPUs are counters in its target's GPU group, idle GPUs too (web2's GPU 1)
+    inputs = [m for m in read_recording(str(out)).events if isinstance(m, Marker) and m.text == "merged input"]
+    target = {m.extra["host"]: int(m.extra["target"]) for m in inputs}
+    where = {e["name"].split()[0]: groups[e["pid"]] for e in doc["traceEvents"]
+             if e.get("ph") == "C" and e["name"].endswith("utilization (%)")}  # fmt: skip
+    assert where == {"GPU0": "GPU", "GPU1": "GPU", "GPU2": f"GPU · pid {target['web2']}",
+                     "GPU3": f"GPU · pid {target['web2']}", "GPU4": f"GPU · pid {target['web3']}"}  # fmt: skip
 
 
 def test_one_host_twice_sees_its_gpus_once(hosts: list[Path], tmp_path: Path) -> None:
