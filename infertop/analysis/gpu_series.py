@@ -11,7 +11,7 @@ import bisect
 import math
 import statistics
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from infertop.model.events import AllocatorReading, CollectorStatus
 from infertop.model.gpu import GpuDeviceReading, GpuReading
@@ -200,13 +200,19 @@ def gpu_view(
     key: int = 0,
     working: Sequence[tuple[float, float]] | None = None,
     fold: GpuFold | None = None,
+    process: int | None = None,
 ) -> GpuView | None:
     """The panel's picture from the readings up to ``t``; None when there are none.
-    ``accumulator`` and ``key`` (which session) make the session means incremental."""
+    ``accumulator`` and ``key`` (which session) make the session means incremental.
+    ``process``: one process's view of a many-process session: "this process" is that pid's
+    memory (NVML's process list), and its GPUs come first."""
     if not readings:
         return None
-    order = device_order(readings[-1:])  # by the newest reading: where the target is now
     latest = {d.index: d for d in readings[-1].devices}
+    if process is not None:
+        latest = {i: _own(d, process) for i, d in latest.items()}
+    # by the newest reading: where the target (the process) is now
+    order = device_order([GpuReading(readings[-1].t, tuple(latest.values()))])
     order = tuple(i for i in order if i in latest)
     buckets = buckets_for(windows, t, history)
     sums = (accumulator or GpuAccumulator()).upto(readings, key, fold)
@@ -222,6 +228,13 @@ def gpu_view(
         working=None if working is None else tuple(working),
         fold=fold.copy() if fold is not None and fold.n else None,
     )
+
+
+def _own(d: GpuDeviceReading, pid: int) -> GpuDeviceReading:
+    """A device as one process sees it: ``process_memory`` is that pid's (unknown stays so)."""
+    if d.process_memory is None:
+        return d
+    return replace(d, process_memory=sum(size for p, size in d.processes if p == pid))
 
 
 def nvml_reason(statuses: Sequence[CollectorStatus]) -> str:

@@ -246,6 +246,7 @@ def build_snapshot(
             id(session),
             working,
             session.gpu_fold,
+            process,
         ),
         processes=process_labels(session) if session.processes else (),
         processes_exited=tuple(exit_times(session, t)) if session.processes else (),

@@ -21,6 +21,7 @@ from infertop.model.events import (
     TargetInfo,
     ThreadDef,
 )
+from infertop.model.gpu import GpuDeviceReading, GpuReading
 from infertop.record.reader import read_recording
 from infertop.record.writer import RecordingWriter
 from infertop.sources import ReplaySource
@@ -50,7 +51,13 @@ def _tree_recording(path: Path) -> None:
     for i in range(5):
         t = T0 + i
         counts = ((100, 0, 10), (101, 1, 60)) + (((102, 2, 50),) if i < 3 else ())
-        w.write([SampleWindow(t, t + 1, 100.0, 100, counts, 0, 0.0, 3)])
+        w.write([SampleWindow(t, t + 1, 100.0, 100, counts, 0, 0.0, 3), GpuReading(t + 0.5, (
+            # NVML: "the target's" memory is the session's; the process lists say whose is whose
+            GpuDeviceReading(0, "NVIDIA A100", memory_used=5 << 30, memory_total=80 << 30,
+                             process_memory=4 << 30, processes=((101, 4 << 30),)),
+            GpuDeviceReading(1, "NVIDIA A100", memory_used=8 << 30, memory_total=80 << 30,
+                             process_memory=6 << 30, processes=((102, 6 << 30), (9999, 2 << 30))),
+        ))])  # fmt: skip
         if i == 2:
             w.write([Marker(t + 1, "process 102 exited", {"pid": "102", "process": "exited"})])
         if i == 1:  # the agents: in the router (the target: pid 0) and in worker 1
@@ -123,6 +130,11 @@ def _ops(app) -> set[str]:  # noqa: ANN001
     return {r.name for r in app.displayed.ops}
 
 
+def _gpu_memory(app) -> list[tuple[int, int]]:  # noqa: ANN001
+    """(GPU, "this process" bytes) in the GPU panel's order."""
+    return [(d.index, d.process_memory) for d in app.displayed.nvml.devices]
+
+
 async def test_process_selector_lists_every_process_and_shows_the_chosen_one(tmp_path: Path) -> None:
     path = tmp_path / "tree.infertop"
     _tree_recording(path)
@@ -145,15 +157,24 @@ async def test_process_selector_lists_every_process_and_shows_the_chosen_one(tmp
         assert abs(row.cpu - 0.6) < 0.01 and row.op_windows == 1
         assert f"{row.cpu:.2f}" in text
 
+        assert _gpu_memory(app) == [(0, 4 << 30), (1, 6 << 30)]  # the session's, on each GPU
+
         await pilot.press("down", "down", "enter")  # all → router → worker 1
         await shows(pilot, app, "worker 1 (pid 101)")
         await wait_for(pilot, lambda: _ops(app) == {"aten::worker_matmul"})
         assert app.displayed.allocator is not None and app.displayed.allocator.pid == 101
         assert app.displayed.samples == 300
+        # the GPU panel's "this process" is worker 1's own memory, its GPU first
+        assert _gpu_memory(app) == [(0, 4 << 30), (1, 0)]
+        await pilot.press("W")
+        await shows(pilot, app, "all 3 processes merged")
+        await pilot.press("down", "enter")  # worker 2: the other GPU is its
+        await shows(pilot, app, "worker 2 (pid 102)")
+        await wait_for(pilot, lambda: _gpu_memory(app) == [(1, 6 << 30), (0, 0)])
 
         await pilot.press("W")
         await shows(pilot, app, "all 3 processes merged")
-        await pilot.press("up", "enter")  # back to the router: its own agent's ops
+        await pilot.press("up", "up", "enter")  # back to the router: its own agent's ops
         await shows(pilot, app, "router (pid 100)")
         await wait_for(pilot, lambda: _ops(app) == {"aten::route_gather"})
         assert app.displayed.allocator is None  # its own agent read none
