@@ -30,6 +30,7 @@ PTRACE_SETFPREGS = 15
 PTRACE_GETREGSET = 0x4204
 PTRACE_SETREGSET = 0x4205
 PTRACE_SEIZE = 0x4206
+EPERM_PATIENCE_S = 0.5  # how long a seize refused with EPERM is tried again (another tracer)
 PTRACE_INTERRUPT = 0x4207
 PTRACE_EVENT_STOP = 128
 NT_X86_XSTATE = 0x202
@@ -240,13 +241,16 @@ class Tracee:
         self.detach()
 
     def attach(self) -> None:
-        for attempt in range(50):
+        # EPERM also while another tracer (py-spy taking a sample) holds the thread: it lets go
+        # within a millisecond, often before /proc says it held it, so EPERM is tried again for
+        # a while whatever /proc says; a denial for good (another user, Yama) costs that while.
+        deadline = time.monotonic() + EPERM_PATIENCE_S
+        while True:
             try:
                 _ptrace(PTRACE_SEIZE, self.tid, 0, 0)
                 break
             except PtraceError as exc:
-                # EPERM also while another tracer (py-spy taking a sample) holds the thread
-                if exc.errno == errno.EPERM and attempt < 49 and _traced_by_other(self.tid):
+                if exc.errno == errno.EPERM and time.monotonic() < deadline:
                     time.sleep(0.005)
                     continue
                 raise
@@ -388,14 +392,3 @@ class Tracee:
         raise PtraceError(
             "the call stopped with signal %d at %#x instead of returning" % (sig, after.rip)
         )
-
-
-def _traced_by_other(tid: int) -> bool:
-    try:
-        with open("/proc/%d/status" % tid) as fh:
-            for line in fh:
-                if line.startswith("TracerPid:"):
-                    return int(line.split()[1]) != 0
-    except OSError:
-        pass
-    return False
