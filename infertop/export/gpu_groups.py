@@ -18,10 +18,9 @@ from __future__ import annotations
 
 import os
 
+from infertop.analysis.process_roles import MERGED_INPUT
 from infertop.model.events import Event, Marker, ProcessDef
 from infertop.model.gpu import GpuReading
-
-MERGED_INPUT = "merged input"  # the marker infertop merge writes per input (record/merge.py)
 
 
 class GpuGroups:
@@ -50,7 +49,7 @@ class GpuGroups:
     def owners(self, target: int | None) -> dict[int, int]:
         """Device index -> the recorded pid whose group gets its counters; a device not listed
         stays in the target's group."""
-        session = self.session | {target}
+        session = self.session | ({target} if target is not None else set())
         out: dict[int, int] = {}
         for index in sorted(set(self.held) | set(self.names)):
             ours = {p: b for p, b in self.held.get(index, {}).items() if p in session and b > 0}
