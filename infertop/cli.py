@@ -619,6 +619,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     for sig in (signal.SIGTERM, signal.SIGHUP):  # close recordings and children on the way out
         signal.signal(sig, _interrupt)
+    # Ctrl-C / kill -INT stops `record` and writes the recording even where infertop was started
+    # with SIGINT ignored (a script's background job: `infertop record ... &`), which Python
+    # would otherwise keep
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         rc = COMMANDS[args.command](args)
         sys.stdout.flush()  # a full disk behind a redirect shows here, not after we return

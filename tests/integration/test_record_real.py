@@ -84,6 +84,29 @@ def test_sigkill_during_record_leaves_a_readable_recording(tmp_path) -> None:
     assert rep["duration_s"] >= 2.5
 
 
+def test_sigint_stops_record_even_when_started_with_sigint_ignored(tmp_path) -> None:
+    """A script's background job (`infertop record ... &`) starts with SIGINT ignored, which
+    Python keeps: `kill -INT` (Ctrl-C's signal) still stops the recording and writes it."""
+    target = start_target([ANNOTATED])
+    out = str(tmp_path / "bg.infertop")
+    rec = subprocess.Popen(
+        INFERTOP + ["record", str(target.pid), "-o", out, "--duration", "60", "--no-inject"],
+        stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )  # fmt: skip
+    try:
+        time.sleep(3.0)
+        rec.send_signal(signal.SIGINT)
+        _, err = rec.communicate(timeout=20)
+    finally:
+        if rec.poll() is None:
+            rec.kill()
+            rec.communicate()
+        stop_target(target)
+    assert rec.returncode == 0 and "(interrupted)" in err, err
+    assert report_json(out)["sampling"]["samples"] > 0
+
+
 def test_target_exit_mid_session_closes_the_recording(tmp_path) -> None:
     target = start_target([ANNOTATED, "3"])
     out = str(tmp_path / "exit.infertop")
