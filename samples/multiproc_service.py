@@ -51,6 +51,7 @@ REPLY_TIMEOUT_S = 5.0  # a client gives up on a reply after this long (its worke
 def worker_main(index: int, conn: Connection, args: argparse.Namespace) -> None:
     """One worker: textgen's batcher fed from the router's pipe; replies go back on it."""
     stop = install_stop_handlers()  # Ctrl-C reaches the whole group: the router decides
+    from samples.common.annotated import annotated
     from samples.common.runtime import setup_torch, start_clock
     from samples.common.tokenizer import Tokenizer
     from samples.textgen_service import Batcher, Request, build_model
@@ -80,13 +81,29 @@ def worker_main(index: int, conn: Connection, args: argparse.Namespace) -> None:
             stop.set()  # the router closed the pipe or died
 
     threading.Thread(target=read_requests, name="pipe-reader", daemon=True).start()
-    batcher = PipeBatcher(tokenizer, model, args, clock)
+    if index + 1 == args.slow_worker:
+        slow_down(model, args.slowdown)
+    batcher = PipeBatcher(tokenizer, model, args, annotated(clock, args.annotate))
     try:
         conn.send(("ready", index))
     except OSError:
         return
     batcher.run(requests, stop)
     clock.close(truth)
+
+
+def slow_down(model, factor: float) -> None:  # noqa: ANN001 - a torch module
+    """Make every forward pass of ``model`` take at least ``factor`` times as long (the extra a
+    sleep, as on a replica whose GPU is throttled or whose host is busy): a straggler."""
+    inner = model.forward
+
+    def slowed(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        t0 = time.perf_counter()
+        out = inner(*args, **kwargs)
+        time.sleep((factor - 1.0) * (time.perf_counter() - t0))
+        return out
+
+    model.forward = slowed
 
 
 # --------------------------------------------------------------------------- router process
@@ -190,19 +207,30 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
     p = argparse.ArgumentParser(add_help=False)
     p.add_argument("--workers", type=int, default=3)
+    p.add_argument("--slow-worker", type=int, default=0)
+    p.add_argument("--slowdown", type=float, default=1.5)
     ours, rest = p.parse_known_args(argv)
     if "-h" in rest or "--help" in rest:
         print(
-            "usage: multiproc_service.py [--workers N] [textgen_service options]\n\n"
+            "usage: multiproc_service.py [--workers N] [--slow-worker I [--slowdown F]]\n"
+            "                            [textgen_service options]\n\n"
             "A router process with N worker processes (default 3, at most 8), each serving\n"
             "textgen_service's pipeline; every textgen_service option applies to each worker\n"
             "(--clients and --rate to the router). --truth FILE writes FILE.workerI per worker.\n"
+            "--slow-worker I makes worker I (1..N) a straggler: each forward pass of its model\n"
+            "takes at least F times as long (default 1.5; the extra is a sleep, as on a\n"
+            "throttled GPU). With --annotate its forward calls are timed stage calls, which\n"
+            "infertop compares across the workers.\n"
         )
         sys.exit(0)
     args = textgen_args(rest)
     if not 1 <= ours.workers <= 8:
         p.error("--workers must be between 1 and 8")
-    args.workers = ours.workers
+    if not 0 <= ours.slow_worker <= ours.workers:
+        p.error("--slow-worker must name a worker, 1 to --workers")
+    if ours.slowdown < 1.0:
+        p.error("--slowdown must be at least 1")
+    args.workers, args.slow_worker, args.slowdown = ours.workers, ours.slow_worker, ours.slowdown
     return args
 
 

@@ -53,6 +53,7 @@ from samples.common.runtime import (  # noqa: E402
     start_clock,
 )
 from samples.common.tokenizer import CORPUS_PATH, Tokenizer  # noqa: E402
+from samples.common.annotated import annotated  # noqa: E402
 from samples.common.truth import StageClock  # noqa: E402
 
 
@@ -474,6 +475,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="use the deliberately naive encoder so that preprocess dominates",
     )
     s.add_argument(
+        "--annotate",
+        action="store_true",
+        help="also mark every stage with infertop.stage(NAME): an attached infertop agent then "
+        "times each stage call on any Python (as in a service annotated by hand)",
+    )
+    s.add_argument(
         "--indent",
         type=int,
         default=2,
@@ -521,7 +528,7 @@ def main(argv: list[str] | None = None) -> int:
     words = sorted(set(re.findall(r"[A-Za-z]+(?:'[a-z]+)?|[0-9]+|[,;:]", corpus)))
     model = build_model(tokenizer.vocab_size, args)
     clock = start_clock(args.truth)
-    batcher = Batcher(tokenizer, model, args, clock)
+    batcher = Batcher(tokenizer, model, args, annotated(clock, args.annotate))
 
     requests: queue.Queue[Request] = queue.Queue()
     threads = [threading.Thread(target=batcher.run, args=(requests, stop), name="batcher")]

@@ -1,0 +1,50 @@
+"""A slow replica of a real service is a straggler finding; equal replicas raise none.
+
+The sample's workers mark their stages with ``infertop.stage`` (``--annotate``), which the
+agent injected into each worker times on any Python; ``--slow-worker 2`` makes every forward
+pass of worker 2 take longer (a wait, as on a throttled GPU). ``record --children`` compares
+the workers' forward calls per 5-s interval (analysis/stragglers.py).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from .helpers import infertop, report_json, serving, stop_target, workers_of
+
+pytestmark = pytest.mark.slow
+
+
+def _record(tmp_path, *sample_args: str) -> tuple[list[int], dict]:  # noqa: ANN001
+    sample = serving(["samples/multiproc_service.py", "--workers", "2", "--annotate", *sample_args])
+    out = str(tmp_path / "replicas.infertop")
+    try:
+        workers = sorted(workers_of(sample.pid))  # started in order: worker 1, worker 2
+        assert len(workers) == 2
+        p = infertop("record", str(sample.pid), "--children", "-o", out, "--duration", "16")
+        assert p.returncode == 0, p.stderr
+    finally:
+        _, err = stop_target(sample)
+    assert err == ""
+    return workers, report_json(out)
+
+
+def test_a_slow_replica_is_a_straggler(tmp_path) -> None:
+    workers, rep = _record(tmp_path, "--slow-worker", "2", "--slowdown", "1.6")
+    found = [f for f in rep["findings"] if f["rule"] == "straggler"]
+    assert [f["pid"] for f in found] == [workers[1]], found
+    ev = found[0]["evidence"]
+    assert ev["metric"].startswith("forward call time")
+    assert ev["intervals_compared"] >= 2 and ev["intervals_slower"] == ev["intervals_compared"]
+    calls = ev["median_call_ms"]
+    slow = calls[f"worker 2 (pid {workers[1]})"]
+    assert slow >= 1.5 * calls[f"worker 1 (pid {workers[0]})"]
+    assert "worker 2" in found[0]["title"] and "straggler" in found[0]["title"]
+
+
+def test_equal_replicas_raise_no_straggler(tmp_path) -> None:
+    _, rep = _record(tmp_path)
+    assert [f for f in rep["findings"] if f["rule"] == "straggler"] == []
+    # and there was something to compare: the workers' forward calls were timed
+    forward = next(s for s in rep["stages"] if s["name"] == "forward")
+    assert forward.get("calls", 0) >= 100, forward
