@@ -43,6 +43,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402, N812
 from torch import nn  # noqa: E402
 
+from samples.common.annotated import annotated  # noqa: E402
 from samples.common.runtime import (  # noqa: E402
     COMMON_EPILOG,
     ThroughputReporter,
@@ -53,7 +54,6 @@ from samples.common.runtime import (  # noqa: E402
     start_clock,
 )
 from samples.common.tokenizer import CORPUS_PATH, Tokenizer  # noqa: E402
-from samples.common.annotated import annotated  # noqa: E402
 from samples.common.truth import StageClock  # noqa: E402
 
 

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import infertop
-
 
 class _Pair:
     """Two context managers entered together, left in reverse order."""
@@ -38,10 +36,13 @@ class AnnotatedClock:
     ``infertop.stage(NAME)``."""
 
     def __init__(self, clock: Any) -> None:
+        import infertop  # only with --annotate: a plain run of a sample never imports infertop
+
         self._clock = clock
+        self._mark = infertop.stage
 
     def stage(self, name: str) -> _Pair:
-        return _Pair(self._clock.stage(name), infertop.stage(name))
+        return _Pair(self._clock.stage(name), self._mark(name))
 
     def __getattr__(self, attr: str) -> Any:
         return getattr(self._clock, attr)
