@@ -211,9 +211,8 @@ def gpu_view(
     latest = {d.index: d for d in readings[-1].devices}
     if process is not None:
         latest = {i: _own(d, process) for i, d in latest.items()}
-    # by the newest reading: where the target (the process) is now
+    # by the newest reading (as the process sees it): where the target is now
     order = device_order([GpuReading(readings[-1].t, tuple(latest.values()))])
-    order = tuple(i for i in order if i in latest)
     buckets = buckets_for(windows, t, history)
     sums = (accumulator or GpuAccumulator()).upto(readings, key, fold)
     means = tuple(

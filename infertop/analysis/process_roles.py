@@ -9,9 +9,9 @@ import re
 from dataclasses import dataclass
 
 from infertop.model.session import Session
+from infertop.record.merge import MERGED_INPUT
 
 RANK_RE = re.compile(r"^rank (\d+) \(")
-MERGED_INPUT = "merged input"
 
 
 @dataclass(frozen=True)

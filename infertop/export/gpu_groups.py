@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import os
 
-from infertop.analysis.process_roles import MERGED_INPUT
 from infertop.model.events import Event, Marker, ProcessDef
 from infertop.model.gpu import GpuReading
+from infertop.record.merge import MERGED_INPUT
 
 
 class GpuGroups:

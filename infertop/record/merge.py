@@ -48,7 +48,7 @@ from infertop.record.reader import read_recording
 from infertop.record.remap import IdRemap
 from infertop.record.writer import RecordingWriter
 
-MERGED_INPUT = "merged input"  # analysis/process_roles.py reads these
+MERGED_INPUT = "merged input"  # read by analysis/process_roles.py and export/gpu_groups.py
 MERGED = "recordings merged"
 BATCH = 2000  # events per record
 
