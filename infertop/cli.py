@@ -273,9 +273,11 @@ def _collectors(target, args: argparse.Namespace, cfg, others: Sequence[int] = (
     children = bool(getattr(args, "children", False))
     rate, window_s = cfg.collect.rate_hz, cfg.collect.window_s
     collectors: list = [
-        ManyTargets([target.pid, *others], rate, window_s, children)
+        ManyTargets([target.pid, *others], rate, window_s, children, cfg.collect.cpu_every)
         if others
-        else PySpyCollector(target.pid, rate, window_s, children=children),
+        else PySpyCollector(
+            target.pid, rate, window_s, children=children, cpu_every=cfg.collect.cpu_every
+        ),
         # no GPU or no driver: it only says why, and runs nothing
         NvmlCollector(target.pid, others=others, children=children),
     ]

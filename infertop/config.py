@@ -5,6 +5,7 @@ A config file looks like::
     [collect]
     rate = 50           # py-spy samples per second (each one stops the target ~0.3 ms)
     window = 1.0        # seconds per py-spy window
+    cpu_every = 2       # every 2nd window samples CPU (active threads), the rest wall time
     retain = 300        # seconds of full detail a live session keeps (older: summed)
 
     [stages]            # extra stage rules, tried before the defaults
@@ -136,6 +137,9 @@ class CollectConfig:
     #: 100 Hz stops it ~3.5 % of the time, over the 3 % budget by itself (docs/performance.md)
     rate_hz: float = 50.0
     window_s: float = 1.0
+    #: every ``cpu_every``-th py-spy window is a CPU window (active samples only), the others
+    #: wall windows (``--idle``: every thread at every tick); 0: wall only, 1: CPU only
+    cpu_every: int = 2
     history_windows: int = 120  # windows kept for the stage history sparkline
     #: seconds of full detail a live session keeps; older windows, spans and op windows are
     #: folded into whole-session summaries (docs/performance.md, "infertop's own memory")
@@ -217,6 +221,12 @@ def load_config(path: str | None) -> Config:
             collect = replace(collect, rate_hz=_positive(raw_collect["rate"], "collect.rate", path))
         if "window" in raw_collect:
             collect = replace(collect, window_s=_positive(raw_collect["window"], "collect.window", path))
+        if "cpu_every" in raw_collect:
+            every = raw_collect["cpu_every"]
+            if not isinstance(every, int) or isinstance(every, bool) or not 0 <= every <= 100:
+                raise UsageError(f"{path}: collect.cpu_every must be a whole number 0..100",
+                                 "0: wall windows only, 1: CPU windows only, N: every Nth is CPU")  # fmt: skip
+            collect = replace(collect, cpu_every=every)
         if "retain" in raw_collect:
             collect = replace(collect, retain_s=_positive(raw_collect["retain"], "collect.retain", path))
     except (TypeError, ValueError) as exc:

@@ -64,7 +64,14 @@ class LiveSource:
         self.collectors: list[Collector] = list(
             collectors
             if collectors is not None
-            else [PySpyCollector(target.pid, config.collect.rate_hz, config.collect.window_s)]
+            else [
+                PySpyCollector(
+                    target.pid,
+                    config.collect.rate_hz,
+                    config.collect.window_s,
+                    cpu_every=config.collect.cpu_every,
+                )
+            ]
         )
         self.notes = tuple(notes)
         self.writer: RecordingWriter | None = None

@@ -45,10 +45,12 @@ def process_rows(
     active: dict[int, int] = {}
     seen: dict[int, int] = {}
     ticks: dict[int, int] = {}  # per process: sampler ticks of the windows it appears in
-    start = t_now
+    sampled = 0.0  # seconds the CPU windows covered
     for ws in session.windows_between(t_now - recent_s, t):
         w = ws.window
-        start = min(start, w.t_start)
+        if ws.wall:  # CPU and samples/s are of the CPU windows (a wall window has idle samples)
+            continue
+        sampled += w.t_end - w.t_start
         pids_here: set[int] = set()
         for tid, sid, n in w.counts:
             pid = owner.get(tid, target)
@@ -58,7 +60,7 @@ def process_rows(
                 active[pid] = active.get(pid, 0) + n
         for pid in pids_here:
             ticks[pid] = ticks.get(pid, 0) + w.ticks
-    span = max(1e-9, t_now - start)
+    span = max(1e-9, sampled)
     ops: dict[int, int] = {}
     for key, folded in session.folded_ops_by_pid.items():  # a bounded session's older windows
         ops[key or target] = ops.get(key or target, 0) + folded.windows

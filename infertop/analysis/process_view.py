@@ -8,13 +8,10 @@ cached, so a live view only filters what arrived since the last snapshot.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from infertop.analysis.ops import OpTotals
 from infertop.analysis.processes import roles
-from infertop.analysis.stages import IDLE
 from infertop.model.events import AllocatorReading
-from infertop.model.session import Session, WindowSummary
+from infertop.model.session import Session, WindowSummary, split_by_pid
 
 
 def process_labels(session: Session) -> tuple[tuple[int, str], ...]:
@@ -79,16 +76,9 @@ class ProcessFilter:
         owner = session.thread_pid
         target = session.target.pid
         for ws in session.windows[len(self._windows) : n]:
-            counts = tuple(c for c in ws.window.counts if owner.get(c[0], target) == pid)
-            stage_counts: dict[str, int] = {}
-            active = 0
-            for _tid, sid, c in counts:
-                self._stacks[sid] = self._stacks.get(sid, 0) + c
-                stage = session.stage_of(sid)
-                if stage != IDLE:
-                    stage_counts[stage] = stage_counts.get(stage, 0) + c
-                    active += c
-            stage_counts[IDLE] = 0
-            window = replace(ws.window, counts=counts)
-            self._windows.append(WindowSummary(window, stage_counts, active, 0))
+            mine = split_by_pid(ws, owner, target or 0, (pid,))[pid]
+            if not ws.wall:  # the flame is of CPU windows
+                for _tid, sid, c in mine.window.counts:
+                    self._stacks[sid] = self._stacks.get(sid, 0) + c
+            self._windows.append(mine)
         return self._windows[:n], self._stacks

@@ -87,6 +87,8 @@ def process_shares(session: Session, t: float | None = None) -> list[ProcessShar
     for pid, folded in session.folded_by_pid.items():  # a bounded session's older windows
         counts[pid] = {s: n for s, n in folded.stage_counts.items() if s != IDLE and n}
     for w in session.windows_between(None, t):
+        if w.wall:  # a process's stages here are its CPU (the wall view is the session's)
+            continue
         for tid, sid, n in w.window.counts:
             stage = session.stage_of(sid)
             if stage == IDLE:

@@ -31,7 +31,8 @@ def _merged_ops(snap: Snapshot) -> tuple[OpRow, ...]:
 
 
 def snapshot_input(snap: Snapshot) -> FindingInput:
-    shares = {s.name: s.share for s in snap.totals if s.name != IDLE}
+    # wall shares, whichever view the UI shows (a finding does not change with the view)
+    shares = {s.name: s.share for s in snap.wall_totals or snap.totals if s.name != IDLE}
     where: dict[str, list[str]] = {}
     for t in snap.top:
         where.setdefault(t.stage, []).append(

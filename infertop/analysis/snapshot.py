@@ -54,9 +54,10 @@ class Snapshot:
     t: float
     t_first: float
     target: TargetInfo
+    #: in the snapshot's ``view`` ("wall" or "cpu", docs/stages.md)
     totals: tuple[StageShare, ...]  # the session up to t
     recent: tuple[StageShare, ...]  # the last ``recent_s`` seconds
-    history: tuple[dict[str, int], ...]  # stage counts per window, oldest first
+    history: tuple[dict[str, int], ...]  # stage counts per window of the view, oldest first
     flame: FlameNode
     stage_filter: str | None
     top: tuple[TopFrame, ...]
@@ -89,6 +90,12 @@ class Snapshot:
     processes_exited: tuple[int, ...] = ()  # the followed processes seen to exit by t
     #: the process selector's rows (key W): filled in by the UI's ingest worker
     process_rows: tuple[ProcessRow, ...] = ()
+    view: str = "wall"
+    #: the session up to t in both views, whichever is shown; ``wall_measured`` false: no wall
+    #: windows (a recording made before 1.5, or ``cpu_every = 1``), so wall is the CPU view
+    wall_totals: tuple[StageShare, ...] = ()
+    cpu_totals: tuple[StageShare, ...] = ()
+    wall_measured: bool = False
 
     @property
     def duration_s(self) -> float:
@@ -113,6 +120,8 @@ class StackAccumulator:
         if id(session) != self.session_id or end < self.n or self.n < base:
             self.n, self.counts, self.session_id = base, dict(session.folded.stacks), id(session)
         for ws in session.windows[self.n - base : n]:
+            if ws.wall:  # the flame and top frames are of CPU windows
+                continue
             for _tid, sid, c in ws.window.counts:
                 self.counts[sid] = self.counts.get(sid, 0) + c
         self.n = end
@@ -127,6 +136,12 @@ def _sum_stage_counts(
         for s, n in ws.stage_counts.items():
             out[s] = out.get(s, 0) + n
     return out
+
+
+def _view_rate(rate: float, view_s: float, all_s: float) -> float:
+    """The rate that turns a view's samples into thread-seconds of the whole sampled time: a
+    view's windows cover part of it (wall and CPU windows alternate)."""
+    return rate * view_s / all_s if all_s > 0 and view_s > 0 else rate
 
 
 def working_windows(windows: list[WindowSummary]) -> list[tuple[float, float]] | None:
@@ -158,6 +173,7 @@ def build_snapshot(
     gpu_accumulator: GpuAccumulator | None = None,
     process: int | None = None,
     process_filter: ProcessFilter | None = None,
+    view: str = "wall",
 ) -> Snapshot:
     windows = session.windows_between(None, t)
     t_now = t if t is not None else session.t_last
@@ -179,18 +195,32 @@ def build_snapshot(
     duration = max(0.0, t_now - session.t_first)
     latencies = session.span_latencies(t)  # every span so far, folded ones included
     span_list = session.spans_between(None, t) if latencies is None else []
-    totals = stage_shares(
-        _sum_stage_counts(windows, folded.stage_counts), rate, span_list, duration,
-        latencies=latencies,
+    wall_windows = [w for w in windows if w.wall]
+    cpu_windows = [w for w in windows if not w.wall]
+    wall_measured = bool(wall_windows or folded.wall_windows)
+    sampled = folded.sampled_s + sum(w.window.t_end - w.window.t_start for w in windows)
+    wall_s = folded.wall_sampled_s + sum(w.window.t_end - w.window.t_start for w in wall_windows)
+    cpu_totals = stage_shares(
+        _sum_stage_counts(cpu_windows, folded.stage_counts), _view_rate(rate, sampled - wall_s, sampled),
+        span_list, duration, latencies=latencies,
     )  # fmt: skip
-    recent_windows = [w for w in windows if w.window.t_end > t_now - recent_s]
+    wall_totals = (
+        stage_shares(
+            _sum_stage_counts(wall_windows, folded.wall_counts), _view_rate(rate, wall_s, sampled),
+            span_list, duration, latencies=latencies,
+        )  # fmt: skip
+        if wall_measured
+        else cpu_totals
+    )
+    view = "cpu" if view == "cpu" or not wall_measured else "wall"
+    shown = [w for w in windows if w.wall == (view == "wall")] if wall_measured else windows
+    recent_windows = [w for w in shown if w.window.t_end > t_now - recent_s]
     recent = stage_shares(
         _sum_stage_counts(recent_windows),
         rate,
         session.spans_between(t_now - recent_s, t),
         recent_s,
     )
-    sampled = folded.sampled_s + sum(w.window.t_end - w.window.t_start for w in windows)
     items = list(stack_counts.items())
     if process is not None:  # its own agent's windows (and allocator) only
         op_totals = process_op_totals(session, process, t)
@@ -212,14 +242,14 @@ def build_snapshot(
         t=t_now,
         t_first=session.t_first,
         target=session.target,
-        totals=tuple(totals),
+        totals=tuple(wall_totals if view == "wall" else cpu_totals),
         recent=tuple(recent),
-        history=tuple(dict(w.stage_counts) for w in windows[-history:]),
+        history=tuple(dict(w.stage_counts) for w in shown[-history:]),
         flame=build_flame(items, frames_of, session.stage_of, stage_filter),
         stage_filter=stage_filter,
         top=tuple(top_frames(items, frames_of, session.stage_of)),
         statuses=tuple(session.statuses.values()),
-        samples=folded.active + sum(w.active for w in windows),
+        samples=folded.active + sum(w.active for w in cpu_windows),
         errors=folded.errors + sum(w.window.errors for w in windows),
         lag_s=windows[-1].window.lag_s if windows else 0.0,
         rate_hz=rate,
@@ -239,7 +269,7 @@ def build_snapshot(
         op_time=op_totals.op_time(),
         nvml=gpu_view(
             session.gpu_upto(t),
-            [(w.window.t_start, w.window.t_end) for w in windows[-history:]],
+            [(w.window.t_start, w.window.t_end) for w in shown[-history:]],
             t_now,
             history,
             gpu_accumulator,
@@ -251,4 +281,8 @@ def build_snapshot(
         processes=process_labels(session) if session.processes else (),
         processes_exited=tuple(exit_times(session, t)) if session.processes else (),
         process=process,
+        view=view,
+        wall_totals=tuple(wall_totals),
+        cpu_totals=tuple(cpu_totals),
+        wall_measured=wall_measured,
     )

@@ -2,8 +2,13 @@
 
 py-spy writes its output only when it stops, so a live view runs it in back-to-back windows
 (default 1 s), stopping each with SIGINT and parsing its ``raw`` output (one line per unique
-stack with a count). Blocking mode only: ``--nonblocking`` tears stacks (field notes). Idle
-threads are left out by py-spy; the session derives idle time from ticks × threads.
+stack with a count). Blocking mode only: ``--nonblocking`` tears stacks (field notes).
+
+Windows alternate between two kinds (``cpu_every``): *wall* windows run py-spy with ``--idle``,
+so every thread's stack is there at every tick, idle or not; *CPU* windows leave idle threads
+out (the session derives idle time from ticks × threads). py-spy's raw output does not say
+which samples were idle, so neither kind alone gives both views; together they do
+(``analysis/wall.py``).
 """
 
 from __future__ import annotations
@@ -57,6 +62,7 @@ class RawSampleWindow:
     #: sampled, (pid, parent pid or 0, cmdline); empty when only the target is followed
     thread_pids: tuple[tuple[int, int], ...] = ()
     processes: tuple[tuple[int, int, str], ...] = ()
+    idle: bool = False  # a wall window (py-spy --idle)
 
 
 def parse_frame(text: str) -> Frame:
@@ -137,8 +143,12 @@ class PySpyCollector:
         window_s: float = 1.0,
         children: bool = False,
         tag: bool = False,
+        cpu_every: int = 2,
     ) -> None:
         self.pid = pid
+        #: every ``cpu_every``-th window is a CPU window, the others wall windows (0: all wall,
+        #: 1: all CPU, as before wall views existed)
+        self.cpu_every = cpu_every
         self.children = children  # also sample the target's descendants (py-spy --subprocesses)
         #: one of several targets: its threads and the process itself are named in every window
         #: (with ``children`` py-spy's process frames do that anyway)
@@ -211,7 +221,8 @@ class PySpyCollector:
                 counted = self._live_children()
                 self._threads = self._count_threads() or self._threads
             n_window += 1
-            ok, text = self._one_window(out_path)
+            wall = not (self.cpu_every and n_window % self.cpu_every == 0)
+            ok, text = self._one_window(out_path, wall)
             if self._stop.is_set() and not ok:
                 break
             if not ok:
@@ -264,7 +275,7 @@ class PySpyCollector:
                 self._names[th["os_thread_id"]] = str(th.get("thread_name") or "")
         return len(threads) if isinstance(threads, list) else 0
 
-    def _one_window(self, out_path: str) -> tuple[bool, str]:
+    def _one_window(self, out_path: str, wall: bool = False) -> tuple[bool, str]:
         try:
             os.unlink(out_path)
         except FileNotFoundError:
@@ -274,7 +285,7 @@ class PySpyCollector:
             "--format", "raw", "--threads", "--full-filenames", "-o", out_path,
             # a safety net: py-spy ends by itself even if we vanish without a word
             "--duration", str(math.ceil(self.window_s) + 2),
-        ] + (["--subprocesses"] if self.children else [])  # fmt: skip
+        ] + (["--subprocesses"] if self.children else []) + (["--idle"] if wall else [])  # fmt: skip
         t_start = time.time()
         try:
             self._proc = proc = subprocess.Popen(
@@ -332,6 +343,7 @@ class PySpyCollector:
                 tuple((p, pp, c) for p, (pp, c) in self._procs.items())
                 if self.children or self.tag
                 else (),
+                wall,
             )
         )
         return True, out

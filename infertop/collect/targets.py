@@ -23,11 +23,19 @@ class ManyTargets:
     name = "py-spy"
 
     def __init__(
-        self, pids: list[int], rate_hz: float, window_s: float, children: bool = False
+        self,
+        pids: list[int],
+        rate_hz: float,
+        window_s: float,
+        children: bool = False,
+        cpu_every: int = 2,
     ) -> None:
         self.pids = list(pids)
         self.cmdlines = {pid: read_cmdline(pid) for pid in self.pids}
-        self.spies = [PySpyCollector(pid, rate_hz, window_s, children, tag=True) for pid in pids]
+        self.spies = [
+            PySpyCollector(pid, rate_hz, window_s, children, tag=True, cpu_every=cpu_every)
+            for pid in pids
+        ]
         self._statuses: dict[int, CollectorStatus] = {}
         self._exited: dict[int, float] = {}
         self._ended = False

@@ -81,7 +81,10 @@ class SampleWindow:
     """Active-thread samples gathered over [t_start, t_end) (unix seconds).
 
     ``counts`` holds (thread id, stack id, sample count). ``ticks`` is how many times the sampler
-    looked at the process, so idle thread time is ``ticks * threads - active samples``.
+    looked at the process. A *CPU window* (``idle`` false) holds active samples only, so idle
+    thread time is ``ticks * threads - active samples``; a *wall window* (``idle`` true, py-spy
+    ``--idle``) holds every thread's stack at every tick, idle or not, with nothing to say which
+    (docs/stages.md, "Wall and CPU").
     """
 
     t_start: float
@@ -92,6 +95,7 @@ class SampleWindow:
     errors: int = 0
     lag_s: float = 0.0
     threads: int = 0  # Python threads alive during the window; 0 if unknown
+    idle: bool = False  # a wall window: idle threads' samples are in ``counts`` too
 
 
 @dataclass(frozen=True, slots=True)

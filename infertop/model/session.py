@@ -14,6 +14,7 @@ unbounded session (``retain_s=None``).
 from __future__ import annotations
 
 import bisect
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from infertop.analysis.gpu_series import GpuFold
@@ -21,6 +22,7 @@ from infertop.analysis.latency_sketch import DurationHistogram
 from infertop.analysis.ops import OpTotals
 from infertop.analysis.shares import Latency
 from infertop.analysis.stages import IDLE, StageClassifier
+from infertop.analysis.wall import WallAttribution, by_thread_stages
 from infertop.model.events import (
     AllocatorReading,
     CollectorStatus,
@@ -42,12 +44,18 @@ from infertop.model.symbols import SymbolTable
 
 @dataclass(slots=True)
 class WindowSummary:
-    """One sample window with its stage counts, computed once at ingest."""
+    """One sample window with its stage counts, computed once at ingest.
+
+    A CPU window's counts are of active samples, plus the derived ``idle``; a wall window's
+    (``wall``) are of the wall view: every sample of the pipeline threads (``analysis/wall.py``).
+    ``by_thread`` holds the same counts per thread (empty for windows made by hand)."""
 
     window: SampleWindow
     stage_counts: dict[str, int]
     active: int
     idle: int
+    wall: bool = False
+    by_thread: dict[int, dict[str, int]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -55,11 +63,14 @@ class WindowTotals:
     """Sample windows summed: what a bounded session keeps of windows past its horizon."""
 
     windows: int = 0
-    stage_counts: dict[str, int] = field(default_factory=dict)
-    stacks: dict[int, int] = field(default_factory=dict)  # stack id -> samples
-    active: int = 0
+    stage_counts: dict[str, int] = field(default_factory=dict)  # CPU windows'
+    stacks: dict[int, int] = field(default_factory=dict)  # stack id -> samples (CPU windows)
+    active: int = 0  # CPU windows' active samples
     errors: int = 0
     sampled_s: float = 0.0
+    wall_windows: int = 0
+    wall_counts: dict[str, int] = field(default_factory=dict)  # wall windows' (the wall view)
+    wall_sampled_s: float = 0.0
     t_first: float | None = None  # the first folded window's start
     t_end: float = float("-inf")  # the newest folded window's end
     #: (start, end) of the stretches in which the target did work (samples outside idle and
@@ -69,13 +80,19 @@ class WindowTotals:
     def add(self, ws: WindowSummary) -> None:
         w = ws.window
         self.windows += 1
-        for s, n in ws.stage_counts.items():
-            self.stage_counts[s] = self.stage_counts.get(s, 0) + n
-        for _tid, sid, n in w.counts:
-            self.stacks[sid] = self.stacks.get(sid, 0) + n
-        self.active += ws.active
         self.errors += w.errors
         self.sampled_s += w.t_end - w.t_start
+        if ws.wall:
+            self.wall_windows += 1
+            self.wall_sampled_s += w.t_end - w.t_start
+            for s, n in ws.stage_counts.items():
+                self.wall_counts[s] = self.wall_counts.get(s, 0) + n
+        else:
+            for s, n in ws.stage_counts.items():
+                self.stage_counts[s] = self.stage_counts.get(s, 0) + n
+            for _tid, sid, n in w.counts:
+                self.stacks[sid] = self.stacks.get(sid, 0) + n
+            self.active += ws.active
         if self.t_first is None:
             self.t_first = w.t_start
         self.t_end = max(self.t_end, w.t_end)
@@ -84,6 +101,34 @@ class WindowTotals:
                 self.working[-1] = (self.working[-1][0], max(self.working[-1][1], w.t_end))
             else:
                 self.working.append((w.t_start, w.t_end))
+
+
+def split_by_pid(
+    ws: WindowSummary, owner: dict[int, int], target: int, pids: Iterable[int] = ()
+) -> dict[int, WindowSummary]:
+    """One window as each process's view has it: its threads' samples and stage counts (idle
+    0: a CPU window's idle time is known for all processes together, not per process). Every
+    pid in ``pids`` gets a window, empty if none of its threads was sampled."""
+    rows: dict[int, list[tuple[int, int, int]]] = {pid: [] for pid in pids}
+    for c in ws.window.counts:
+        rows.setdefault(owner.get(c[0], target), []).append(c)
+    out: dict[int, WindowSummary] = {}
+    for pid, counts in rows.items():
+        stage_counts: dict[str, int] = {}
+        by_thread: dict[int, dict[str, int]] = {}
+        for tid in dict.fromkeys(c[0] for c in counts):
+            per = ws.by_thread.get(tid)
+            if per is None:
+                continue
+            by_thread[tid] = per
+            for stage, n in per.items():
+                if stage != IDLE:
+                    stage_counts[stage] = stage_counts.get(stage, 0) + n
+        active = sum(stage_counts.values())
+        stage_counts[IDLE] = 0
+        window = replace(ws.window, counts=tuple(counts))
+        out[pid] = WindowSummary(window, stage_counts, active, 0, ws.wall, by_thread)
+    return out
 
 
 @dataclass
@@ -125,6 +170,7 @@ class Session:
     op_windows_folded: int = 0
     gpu_fold: GpuFold = field(default_factory=GpuFold)  # NVML readings past the horizon
     _op_t_first: float | None = None
+    _wall: WallAttribution = field(default_factory=WallAttribution)
     _newest: float = float("-inf")
     _next_fold: float = float("inf")
 
@@ -167,6 +213,7 @@ class Session:
                 raw.errors,
                 raw.lag_s,
                 raw.threads,
+                raw.idle,
             )
         )
         return new
@@ -297,19 +344,9 @@ class Session:
 
     def _fold_by_pid(self, ws: WindowSummary, owner: dict[int, int], target: int) -> None:
         """The window as each process's view (``ProcessFilter``) sees it, folded per process."""
-        per: dict[int, list[tuple[int, int, int]]] = {pid: [] for pid in self.processes}
-        for c in ws.window.counts:
-            per.setdefault(owner.get(c[0], target), []).append(c)
-        for pid, counts in per.items():
-            stage_counts: dict[str, int] = {}
-            active = 0
-            for _tid, sid, n in counts:
-                stage = self.stage_of(sid)
-                if stage != IDLE:
-                    stage_counts[stage] = stage_counts.get(stage, 0) + n
-                    active += n
-            stage_counts[IDLE] = 0
-            mine = WindowSummary(replace(ws.window, counts=tuple(counts)), stage_counts, active, 0)
+        for pid in self.processes:
+            self.folded_by_pid.setdefault(pid, WindowTotals())
+        for pid, mine in split_by_pid(ws, owner, target, self.processes).items():
             self.folded_by_pid.setdefault(pid, WindowTotals()).add(mine)
 
     @property
@@ -323,8 +360,8 @@ class Session:
 
     @property
     def samples(self) -> int:
-        """Active samples in the whole session, folded windows included."""
-        return self.folded.active + sum(w.active for w in self.windows)
+        """Active samples of the CPU windows in the whole session, folded windows included."""
+        return self.folded.active + sum(w.active for w in self.windows if not w.wall)
 
     def _merge_target(self, ev: TargetInfo) -> TargetInfo:
         """A later TargetInfo for the same pid fills in what was unknown (the agent's torch
@@ -345,17 +382,27 @@ class Session:
         return self.classifier.stage_of(stack_id, self.symbols.stack_frames(stack_id))
 
     def _add_window(self, w: SampleWindow) -> None:
+        by_thread = by_thread_stages(w.counts, self.stage_of)
         stage_counts: dict[str, int] = {}
-        active = 0
-        for _tid, sid, n in w.counts:
-            stage = self.stage_of(sid)
-            if stage != IDLE:  # a sampled thread caught in a blocking wait is idle
-                stage_counts[stage] = stage_counts.get(stage, 0) + n
-                active += n
-        threads = w.threads or len(self.threads) or 1
-        idle = max(0, w.ticks * threads - active)
-        stage_counts[IDLE] = idle
-        self.windows.append(WindowSummary(w, stage_counts, active, idle))
+        if w.idle:  # a wall window: the wall view's counts (analysis/wall.py)
+            by_thread = self._wall.wall_window(by_thread, w.ticks)
+            for per in by_thread.values():
+                for stage, n in per.items():
+                    stage_counts[stage] = stage_counts.get(stage, 0) + n
+            idle = stage_counts.setdefault(IDLE, 0)
+            summary = WindowSummary(w, stage_counts, sum(stage_counts.values()) - idle, idle, True, by_thread)
+        else:
+            self._wall.cpu_window(by_thread, w.ticks, self.threads)
+            for per in by_thread.values():
+                per.pop(IDLE, None)  # a sampled thread caught in a blocking wait is idle
+                for stage, n in per.items():
+                    stage_counts[stage] = stage_counts.get(stage, 0) + n
+            active = sum(stage_counts.values())
+            threads = w.threads or len(self.threads) or 1
+            idle = max(0, w.ticks * threads - active)
+            stage_counts[IDLE] = idle
+            summary = WindowSummary(w, stage_counts, active, idle, False, by_thread)
+        self.windows.append(summary)
         self._window_ends.append(w.t_end)
 
     # -- reading ----------------------------------------------------------------------------

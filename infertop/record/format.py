@@ -1,4 +1,4 @@
-"""The ``.infertop`` recording format, version 1.4 (documented in docs/recording-format.md).
+"""The ``.infertop`` recording format, version 1.5 (documented in docs/recording-format.md).
 
     file    = header record*
     header  = b"INFERTOP" u16 major u16 minor          (big-endian)
@@ -45,7 +45,7 @@ from infertop.record.numbers import bounded_float, bounded_int, real, whole
 
 MAGIC = b"INFERTOP"
 MAJOR = 1
-MINOR = 4
+MINOR = 5
 HEADER = struct.Struct(">8sHH")
 RECORD = struct.Struct(">II")
 MAX_RECORD = 256 * 1024 * 1024
@@ -55,12 +55,14 @@ OPS, ALLOCATOR = 11, 12  # added in 1.1
 # 13, NVML readings, added in 1.2: infertop/record/gpu_format.py
 PROCESS = 14  # added in 1.3 (--children), with code 4's trailing pid
 # 1.4: codes 11 and 12 gain a trailing pid (the process; written only when not the target)
+# 1.5: code 5 gains a trailing 1 for a wall window (py-spy --idle: idle samples included)
 
 
 def encode_event(ev: Event) -> list[Any]:
     if isinstance(ev, SampleWindow):
         flat = [x for row in ev.counts for x in row]
-        return [WINDOW, ev.t_start, ev.t_end, ev.rate_hz, ev.ticks, flat, ev.errors, ev.lag_s, ev.threads]
+        out = [WINDOW, ev.t_start, ev.t_end, ev.rate_hz, ev.ticks, flat, ev.errors, ev.lag_s, ev.threads]
+        return out + [1] if ev.idle else out
     if isinstance(ev, FrameDef):
         return [FRAME, ev.frame_id, ev.frame.function, ev.frame.file, ev.frame.line]
     if isinstance(ev, StackDef):
@@ -106,6 +108,7 @@ def decode_event(raw: Any) -> Event | None:
         return SampleWindow(
             real(f[0]), real(f[1]), real(f[2]), whole(f[3]), counts, whole(f[5]), real(f[6]),
             whole(f[7]) if len(f) > 7 else 0,
+            bool(whole(f[8])) if len(f) > 8 else False,
         )  # fmt: skip
     if code == FRAME:
         return FrameDef(whole(f[0]), Frame(str(f[1]), str(f[2]), whole(f[3])))

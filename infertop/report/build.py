@@ -1,4 +1,4 @@
-"""The schema-1 report document (spec: "report --format json"), built from a snapshot."""
+"""The schema-2 report document (spec: "report --format json"), built from a snapshot."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from infertop.analysis.snapshot import Snapshot
 from infertop.config import FindingThresholds
 from infertop.analysis.stages import IDLE
 
-REPORT_VERSION = 1
+REPORT_VERSION = 2  # 2: stages[].share is the wall share, cpu_share version 1's share
 TOP_OPS = 50
 
 
@@ -24,23 +24,34 @@ def build_report(
 ) -> dict[str, Any]:
     stages = []
     idle = None
-    for st in snap.totals:
-        if st.name == IDLE:
-            idle = {"share_of_all": _r(st.share), "seconds": _r(st.seconds, 3), "samples": st.samples}
+    wall = snap.wall_totals or snap.totals
+    cpu = {st.name: st for st in snap.cpu_totals or snap.totals}
+    names = [st.name for st in wall] + [n for n in cpu if n not in {st.name for st in wall}]
+    by_name = {st.name: st for st in wall}
+    for name in names:
+        st = by_name.get(name)
+        if name == IDLE:
+            if st is not None:
+                idle = {"share_of_all": _r(st.share), "seconds": _r(st.seconds, 3), "samples": st.samples}
             continue
+        c = cpu.get(name)
+        timed = st if st is not None else c
+        assert timed is not None
         stages.append(
             {
-                "name": st.name,
-                "share": _r(st.share),
-                "seconds": _r(st.seconds, 3),
-                "samples": st.samples,
-                "calls": st.calls,
+                "name": name,
+                "share": _r(st.share) if st is not None else 0.0,
+                "cpu_share": _r(c.share) if c is not None else 0.0,
+                "seconds": _r(st.seconds, 3) if st is not None else 0.0,
+                "samples": st.samples if st is not None else 0,
+                "cpu_samples": c.samples if c is not None else 0,
+                "calls": timed.calls,
                 "latency_ms": None
-                if st.latency_ms is None
+                if timed.latency_ms is None
                 else {
-                    "p50": _r(st.latency_ms.p50, 3),
-                    "p95": _r(st.latency_ms.p95, 3),
-                    "p99": _r(st.latency_ms.p99, 3),
+                    "p50": _r(timed.latency_ms.p50, 3),
+                    "p95": _r(timed.latency_ms.p95, 3),
+                    "p99": _r(timed.latency_ms.p99, 3),
                 },
             }
         )
@@ -66,6 +77,8 @@ def build_report(
             "samples": snap.samples,
             "errors": snap.errors,
             "coverage": _r(snap.coverage, 4),
+            # "wall" absent: no wall windows (a recording older than format 1.5): share is cpu_share
+            "views": ["wall", "cpu"] if snap.wall_measured else ["cpu"],
         },
         "top_frames": [
             {

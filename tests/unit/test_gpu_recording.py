@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from infertop.collect.nvml import NvmlReader
 from infertop.model.events import CollectorStatus, TargetInfo
 from infertop.model.gpu import GpuReading
-from infertop.record.format import HEADER, MAGIC, RECORD, decode_event, encode_event
+from infertop.record.format import HEADER, MAGIC, MAJOR, MINOR, RECORD, decode_event, encode_event
 from infertop.record.reader import parse_recording, read_recording
 from infertop.record.writer import RecordingWriter
 from tests.support.fake_nvml import FakeNvml
@@ -51,7 +51,7 @@ def test_readings_round_trip_exactly_with_every_gap(tmp_path, fixture: str) -> N
     w.write(rs[1:])
     w.close()
     rec = read_recording(path)
-    assert rec.version == (1, 4) and rec.warning is None
+    assert rec.version == (MAJOR, MINOR) and rec.warning is None
     assert rec.events == PRELUDE + rs
     d = rec.events[2].devices[0]
     if fixture.startswith("t4"):  # what NVML could not give stays "not available"
