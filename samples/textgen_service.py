@@ -475,6 +475,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="use the deliberately naive encoder so that preprocess dominates",
     )
     s.add_argument(
+        "--fast-tokenizer",
+        action="store_true",
+        help="encode with Hugging Face's Rust `tokenizers` (trained here on the corpus, "
+        "parallelism on): the batch is encoded on native threads while the batcher waits with "
+        "the GIL released, as with most production tokenizers",
+    )
+    s.add_argument(
+        "--context-repeat",
+        type=int,
+        default=4,
+        help="with --fast-tokenizer: each prompt is encoded with this many copies of itself as "
+        "context, so that the native encode is a real share (default 4)",
+    )
+    s.add_argument(
         "--annotate",
         action="store_true",
         help="also mark every stage with infertop.stage(NAME): an attached infertop agent then "
@@ -523,7 +537,12 @@ def main(argv: list[str] | None = None) -> int:
     setup_torch(args.threads, args.seed)
 
     corpus = CORPUS_PATH.read_text(encoding="utf-8")
-    tokenizer = Tokenizer(corpus, slow=args.slow_tokenizer)
+    if args.fast_tokenizer:
+        from samples.common.fast_tokenizer import FastTokenizer
+
+        tokenizer: Tokenizer = FastTokenizer(corpus, args.context_repeat)
+    else:
+        tokenizer = Tokenizer(corpus, slow=args.slow_tokenizer)
     args.top_logprobs = max(1, min(args.top_logprobs, tokenizer.vocab_size))
     words = sorted(set(re.findall(r"[A-Za-z]+(?:'[a-z]+)?|[0-9]+|[,;:]", corpus)))
     model = build_model(tokenizer.vocab_size, args)
