@@ -7,11 +7,14 @@ thread in a Python-level wait (``config.WAIT_FRAMES``) is ``queue`` or ``idle`` 
 Two things need more than the stack, and the CPU windows in between give them:
 
 - **Which threads do pipeline work.** A thread counts when at least ``PIPELINE_MIN_SHARE`` of
-  its samples that are not frame-idle fall in a pipeline stage (a work stage or ``queue``: not
-  ``other``, ``idle`` or infertop's own), over the session so far, with at least
-  ``PIPELINE_MIN_SAMPLES`` of them. A helper thread that sleeps in ``time.sleep`` between
-  writes, a metrics thread, an HTTP client waiting for its reply: never pipeline threads, so they
-  add nothing to the wall view (their CPU, if any, is in the CPU view).
+  its samples outside ``queue`` and frame-idle waits fall in a work stage (not ``other``,
+  ``idle``, ``queue`` or infertop's own), over the session so far, with at least
+  ``PIPELINE_MIN_SAMPLES`` of them. Queue waits neither make a thread a pipeline thread nor
+  keep it from being one: a batcher that waits 97 % of the time and runs the model for the rest
+  is one; a client thread that puts requests in a queue and waits for the reply is not. A
+  helper thread that sleeps in ``time.sleep`` between writes, a metrics thread, an HTTP client
+  waiting for its reply: never pipeline threads, so they add nothing to the wall view (their
+  CPU, if any, is in the CPU view).
 - **Waiting outside every stage.** A pipeline thread's ``other`` samples are its active
   ``other`` time plus time blocked in C outside every stage (a ``time.sleep`` in its loop). The
   thread's active ``other`` rate is measured in its recent CPU windows; in a wall window its
@@ -25,8 +28,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 OTHER, IDLE = "other", "idle"
+QUEUE = "queue"
 #: stages that are not pipeline work (``infertop``: the injected agent's own thread)
-NOT_PIPELINE = frozenset({OTHER, IDLE, "infertop"})
+NOT_WORK = frozenset({OTHER, IDLE, QUEUE, "infertop"})
 PIPELINE_MIN_SHARE = 0.25
 PIPELINE_MIN_SAMPLES = 3
 CPU_WINDOWS_KEPT = 8  # a thread's active ``other`` rate: over its last 8 CPU windows
@@ -34,8 +38,8 @@ CPU_WINDOWS_KEPT = 8  # a thread's active ``other`` rate: over its last 8 CPU wi
 
 @dataclass(slots=True)
 class _Thread:
-    pipeline: int = 0  # wall samples in pipeline stages, session so far
-    busy: int = 0  # wall samples not frame-idle, session so far
+    pipeline: int = 0  # wall samples in work stages, session so far
+    busy: int = 0  # wall samples neither frame-idle nor queue, session so far
     #: (active ``other`` samples, ticks) of the recent CPU windows
     cpu: deque[tuple[int, int]] = field(default_factory=lambda: deque(maxlen=CPU_WINDOWS_KEPT))
 
@@ -70,8 +74,8 @@ class WallAttribution:
         ``other`` beyond the active rate moved to ``idle``."""
         for tid, stages in by_thread.items():
             th = self._thread(tid)
-            th.pipeline += sum(n for s, n in stages.items() if s not in NOT_PIPELINE)
-            th.busy += sum(n for s, n in stages.items() if s != IDLE)
+            th.pipeline += sum(n for s, n in stages.items() if s not in NOT_WORK)
+            th.busy += sum(n for s, n in stages.items() if s not in (IDLE, QUEUE))
         out: dict[int, dict[str, int]] = {}
         for tid, stages in by_thread.items():
             th = self._threads[tid]

@@ -30,6 +30,7 @@ from infertop.tui.ingest import (
     SeekTo,
     SetProcess,
     SetStageFilter,
+    SetTimeView,
     StartRecording,
     StopRecording,
     TogglePlay,
@@ -70,6 +71,13 @@ class InfertopApp(App[None]):
             "stage_filter",
             "Stage",
             "cycle the lower panel's stage filter (all, then each stage)",
+        ),
+        _b(
+            "c",
+            "time_view",
+            "Wall/CPU",
+            "stage panel: wall time of the pipeline threads (idle waits inside a stage count) "
+            "or CPU (active samples only)",
         ),
         _b(
             "o",
@@ -128,6 +136,7 @@ class InfertopApp(App[None]):
         self.displayed: Snapshot | None = None  # the one the panels show (differs while paused)
         self.paused = False
         self.stage_filter: str | None = None
+        self.time_view = "wall"  # the stage panel's view of time (key c)
         self.process: int | None = None  # --children: the process shown (None: all merged)
         self.view = VIEWS[0]  # what the lower panel shows
         self._view_chosen = False  # the user picked a view (o): never switch it for them
@@ -176,7 +185,8 @@ class InfertopApp(App[None]):
         try:
             self.query_one(StatusLine).show(snap)
             frozen = self.paused and self.displayed is not None
-            if frozen and snap.stage_filter == self.displayed.stage_filter:  # type: ignore[union-attr]
+            same = frozen and snap.stage_filter == self.displayed.stage_filter  # type: ignore[union-attr]
+            if same and snap.view == self.displayed.view:  # type: ignore[union-attr]
                 return  # paused: collection goes on, the panels keep their picture
             self._show_panels(snap)
         except NoMatches:
@@ -280,6 +290,11 @@ class InfertopApp(App[None]):
         i = options.index(self.stage_filter) if self.stage_filter in options else 0
         self.stage_filter = options[(i + 1) % len(options)]
         self.worker.send(SetStageFilter(self.stage_filter))
+
+    def action_time_view(self) -> None:
+        """Wall ↔ CPU (the stage panel; findings stay on wall time)."""
+        self.time_view = "cpu" if self.time_view == "wall" else "wall"
+        self.worker.send(SetTimeView(self.time_view))
 
     def action_next_process(self) -> None:
         """All processes merged → each process followed (--children) → merged again."""

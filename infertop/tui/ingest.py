@@ -54,6 +54,11 @@ class SetStageFilter:
 
 
 @dataclass(frozen=True)
+class SetTimeView:
+    view: str  # "wall" or "cpu" (docs/stages.md)
+
+
+@dataclass(frozen=True)
 class SetProcess:
     pid: int | None  # None: every process followed, merged
 
@@ -75,7 +80,7 @@ class _Stop:
 
 Command = (
     SeekTo | SeekBy | TogglePlay | ScaleSpeed | SetStageFilter | StartRecording | StopRecording
-    | SetProcess
+    | SetProcess | SetTimeView
 )
 
 
@@ -103,6 +108,7 @@ class IngestWorker:
         self._op_accumulator = OpAccumulator()
         self._gpu_accumulator = GpuAccumulator()
         self._stage_filter: str | None = None
+        self._time_view = "wall"
         self._process: int | None = None
         self._process_filter = ProcessFilter()
         self._stragglers = StragglerCheck()
@@ -235,6 +241,7 @@ class IngestWorker:
             recording_bytes=writer.bytes_written if writer is not None else 0,
             replay=replay,
             notes=notes,
+            view=self._time_view,
         )
         if snap.processes:  # the process selector's numbers
             rows = process_rows(src.session, snap.processes, src.t if self.replay else None)
@@ -248,6 +255,8 @@ class IngestWorker:
         src = self.source
         if isinstance(cmd, SetStageFilter):
             self._stage_filter = cmd.stage
+        elif isinstance(cmd, SetTimeView):
+            self._time_view = cmd.view
         elif isinstance(cmd, SetProcess):
             self._process = cmd.pid
         elif isinstance(cmd, (StartRecording, StopRecording)):

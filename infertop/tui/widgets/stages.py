@@ -62,7 +62,8 @@ def render_stages(snapshot: Snapshot | None, width: int, header: bool = True) ->
     lines: list[Text] = []
     if header:
         head = Text(style="bold #bcbcbc on #262626", no_wrap=True, overflow="ellipsis")
-        head.append("stage".ljust(NAME_W) + "last 5 s".ljust(bar_w))
+        view = "wall" if snapshot.view == "wall" else "cpu"  # key c switches
+        head.append("stage".ljust(NAME_W) + f"{view} · last 5 s"[:bar_w].ljust(bar_w))
         head.append("share".rjust(PCT_W) + "session".rjust(TOTAL_W))
         if spark_w:
             head.append("  " + ("history" if spark_w >= 7 else "").ljust(spark_w))
