@@ -97,19 +97,28 @@ def compare(base: Profile, new: Profile, fail_above: float | None = None) -> Dif
                     gated=both,
                 )
             )
-    sampled = bool(base.stage_shares and new.stage_shares)  # a trace has no samples
-    for name in sorted(set(base.stage_shares) | set(new.stage_shares)):
+    # like with like: wall shares when both have them, else both CPU shares
+    wall = base.wall and new.wall
+    b_shares = base.stage_shares if wall else (base.cpu_shares if base.wall else base.stage_shares)
+    n_shares = new.stage_shares if wall else (new.cpu_shares if new.wall else new.stage_shares)
+    if base.wall != new.wall and b_shares and n_shares:
+        res.notes.append("stage shares compared as CPU time: one recording has no wall windows")
+    sampled = bool(b_shares and n_shares)  # a trace has no samples
+    for name in sorted(set(b_shares) | set(n_shares)):
         if name == "idle":
             continue
         res.rows.append(
             Row(
-                "stage share",
+                "stage share" if wall else "stage share (cpu)",
                 name,
-                base.stage_shares.get(name, 0.0) if base.stage_shares else None,
-                new.stage_shares.get(name, 0.0) if new.stage_shares else None,
+                b_shares.get(name, 0.0) if b_shares else None,
+                n_shares.get(name, 0.0) if n_shares else None,
                 "share",
                 gated=sampled,
-                rates=(base.stage_rates.get(name, 0.0), new.stage_rates.get(name, 0.0)),
+                # busy thread-seconds per second, of the view compared (none when views mix)
+                rates=(base.stage_rates.get(name, 0.0), new.stage_rates.get(name, 0.0))
+                if base.wall == new.wall
+                else None,
             )
         )
     db, dn = _per(base, per), _per(new, per)
@@ -139,7 +148,7 @@ def _regressed(row: Row, pct: float) -> bool:
     change = row.change_pct
     if change is None or change <= pct:
         return False
-    if row.what == "stage share":
+    if row.what.startswith("stage share"):
         if row.new - row.base < SHARE_FLOOR:
             return False
         if row.rates is not None:

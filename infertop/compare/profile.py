@@ -2,7 +2,8 @@
 
 - latencies: per-call durations (ms) by name: stage calls (``stage NAME``) and annotation
   ranges (``ProfilerStep#N`` becomes ``ProfilerStep#*``, any ``#digits`` likewise);
-- stage shares of active time (recordings: py-spy samples);
+- stage shares (recordings: py-spy samples), of wall time when both recordings have it, else
+  of CPU time (a recording older than format 1.5 has CPU windows only);
 - time per step of every op and kernel (µs), and GPU time per step: over the profiled time
   divided by the number of ``ProfilerStep#N`` ranges in it, or per profiled second when there
   are none (``per`` says which);
@@ -35,6 +36,10 @@ class Profile:
     latencies: dict[str, list[float]] = field(default_factory=dict)  # ms per call
     stage_shares: dict[str, float] = field(default_factory=dict)
     stage_rates: dict[str, float] = field(default_factory=dict)  # busy thread-s per wall s
+    #: the same of the CPU view; ``stage_shares`` are wall shares when ``wall`` (a recording
+    #: with wall windows, format 1.5), else CPU shares
+    cpu_shares: dict[str, float] = field(default_factory=dict)
+    wall: bool = False
     frames: dict[str, float] = field(default_factory=dict)  # "func (file:line)" -> self share
     ops: dict[str, float] = field(default_factory=dict)  # CPU op -> self µs (whole profile)
     kernels: dict[str, float] = field(default_factory=dict)  # kernel/copy -> µs
@@ -76,7 +81,9 @@ def _from_recording(path: str, cfg: Config) -> Profile:
             prof.latencies.setdefault(group_name(a.name), []).append((a.t_end - a.t_start) * 1000)
             if STEP_RE.match(a.name):
                 prof.steps += 1
+    prof.wall = "wall" in rep["sampling"]["views"]
     prof.stage_shares = {st["name"]: st["share"] for st in rep["stages"] if st["samples"]}
+    prof.cpu_shares = {st["name"]: st["cpu_share"] for st in rep["stages"] if st["cpu_samples"]}
     if rep["duration_s"] > 0:
         prof.stage_rates = {
             st["name"]: st["seconds"] / rep["duration_s"] for st in rep["stages"] if st["samples"]

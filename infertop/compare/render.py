@@ -37,7 +37,8 @@ def render_text(res: DiffResult) -> str:
             out.append(f"warning: {w}")
     sections = (
         ("latency", "latency (per call)"),
-        ("stage share", "stage shares of active time"),
+        ("stage share", "stage shares of wall time (pipeline threads)"),
+        ("stage share (cpu)", "stage shares of CPU time (active samples)"),
         ("gpu per step", "GPU time"),
         ("gpu per s", "GPU time"),
     )

@@ -4,46 +4,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from infertop.collect.pyspy import RawSampleWindow
 from infertop.config import Config
-from infertop.model.events import Frame, TargetInfo
-from infertop.model.session import Session
 from infertop.record.reader import read_recording
-from infertop.record.writer import RecordingWriter
 from infertop.sources import ReplaySource
 from infertop.tui.app import create_app
 from infertop.tui.widgets.stages import StagePanel
+from tests.support.wall_recording import write_wall_recording
 from tests.tui.tui_data import started, wait_for
-
-LOOP = Frame("serve", "/srv/app/server.py", 10)
-ENCODE = (LOOP, Frame("TokenizersBackend._encode_plus", "/v/transformers/tokenization_utils_tokenizers.py", 88))
-FORWARD = (LOOP, Frame("BertModel.forward", "/v/transformers/models/bert/modeling_bert.py", 900))
-HELPER = (Frame("helper", "/srv/app/metrics.py", 5),)
-TARGET = TargetInfo(pid=777, cmdline="python server.py", python="3.11.7", torch="2.13.0", started=1.8e9)
-
-
-def _recording(path: Path) -> Path:
-    """A pipeline thread that spends half its wall time in a tokenizer that releases the GIL
-    (CPU windows see a fifth of it) and a helper thread that only sleeps."""
-    session, writer = Session(), RecordingWriter(str(path))
-    writer.write([TARGET])
-    for i in range(20):
-        wall = i % 2 == 1
-        rows = [(1, "MainThread", ENCODE, 50 if wall else 10), (1, "MainThread", FORWARD, 50)]
-        if wall:
-            rows.append((2, "metrics", HELPER, 100))
-        raw = RawSampleWindow(TARGET.started + i, TARGET.started + i + 1, 100.0, 100, tuple(rows), idle=wall)
-        writer.write(session.intern(raw))
-    writer.close()
-    return path
-
 
 def _share(app, stage: str) -> float:  # type: ignore[no-untyped-def]
     return next(s.share for s in app.displayed.totals if s.name == stage)
 
 
 async def test_c_switches_the_stage_panel_between_wall_and_cpu(tmp_path: Path) -> None:
-    source = ReplaySource(read_recording(str(_recording(tmp_path / "r.infertop"))), Config())
+    source = ReplaySource(read_recording(str(write_wall_recording(tmp_path / "r.infertop"))), Config())
     app = create_app(source, title="t")
     async with app.run_test(size=(100, 30)) as pilot:
         await started(pilot, app)

@@ -57,7 +57,7 @@ def test_a_regressed_pair_fails_and_says_what_regressed(pair) -> None:
     # zero-sum) but their time did not, so nothing fails
     q = _diff(pair[1], pair[0], "--fail-above", "10")
     assert q.returncode == 0, q.stdout
-    assert "forward" in q.stdout.split("stage shares of active time:")[1]
+    assert "forward" in q.stdout.split("stage shares of CPU time (active samples):")[1]  # CPU windows only
 
 
 def test_the_threshold_decides(pair) -> None:
