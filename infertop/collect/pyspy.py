@@ -2,13 +2,21 @@
 
 py-spy writes its output only when it stops, so a live view runs it in back-to-back windows
 (default 1 s), stopping each with SIGINT and parsing its ``raw`` output (one line per unique
-stack with a count). Blocking mode only: ``--nonblocking`` tears stacks (field notes).
+stack with a count).
 
 Windows alternate between two kinds (``cpu_every``): *wall* windows run py-spy with ``--idle``,
 so every thread's stack is there at every tick, idle or not; *CPU* windows leave idle threads
 out (the session derives idle time from ticks × threads). py-spy's raw output does not say
 which samples were idle, so neither kind alone gives both views; together they do
 (``analysis/wall.py``).
+
+CPU windows sample in blocking mode (the target's threads stopped for each sample): their
+stacks feed the flame, the top frames and the exports, and ``--nonblocking`` tears stacks
+(field notes). Wall windows sample with ``--nonblocking``: they only count stages, and the
+stops bias them where a native thread pool runs beside the pipeline (measured on the
+text-generation sample with the Rust tokenizer, 2,000 samples against perf_counter: queue
+16.8 % against 12.0 %, forward 48.1 % against 52.5 % blocking; 14.3 / 13.3 and 53.7 / 53.3
+non-blocking; docs/performance.md). A wall window costs the target no stops at all.
 """
 
 from __future__ import annotations
@@ -285,7 +293,8 @@ class PySpyCollector:
             "--format", "raw", "--threads", "--full-filenames", "-o", out_path,
             # a safety net: py-spy ends by itself even if we vanish without a word
             "--duration", str(math.ceil(self.window_s) + 2),
-        ] + (["--subprocesses"] if self.children else []) + (["--idle"] if wall else [])  # fmt: skip
+        ] + (["--subprocesses"] if self.children else []) + (
+            ["--idle", "--nonblocking"] if wall else [])  # fmt: skip
         t_start = time.time()
         try:
             self._proc = proc = subprocess.Popen(

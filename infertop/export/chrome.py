@@ -164,8 +164,9 @@ def export_chrome_recording(path: str, out: str, config: Config | None = None) -
             if done is not None:
                 counters.findings(emit, pid, done, ns)
             if isinstance(ev, SampleWindow):
-                timeline.window(ev)
-                counters.stage_counter(emit, pid, ev, ns, classifier, frames, stacks)
+                if not ev.idle:  # a wall window's idle stacks are not samples of work
+                    timeline.window(ev)
+                    counters.stage_counter(emit, pid, ev, ns, classifier, frames, stacks)
             elif isinstance(ev, FrameDef):
                 if ev.frame_id == len(frames):
                     frames.append(ev.frame)

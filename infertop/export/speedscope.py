@@ -113,7 +113,7 @@ def export_speedscope(
                 stacks.append(ev.frames)
         elif isinstance(ev, ThreadDef):  # --children: which process, too
             names[ev.tid] = f"pid {ev.pid} {ev.name}" if ev.pid else ev.name
-        elif isinstance(ev, SampleWindow):
+        elif isinstance(ev, SampleWindow) and not ev.idle:  # CPU windows: samples of work
             ticks = (
                 ev.ticks
                 if ev.ticks > 0
