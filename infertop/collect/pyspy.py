@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 from infertop.collect.target import classify_pyspy_failure, find_pyspy, pid_alive
 from infertop.collect.base import drain
+from infertop.collect.thread_cpu import clamp_to_cpu, thread_cpu_ns
 from infertop.collect.tree import (
     descendants,
     exit_marker,
@@ -229,7 +230,8 @@ class PySpyCollector:
                 counted = self._live_children()
                 self._threads = self._count_threads() or self._threads
             n_window += 1
-            wall = not (self.cpu_every and n_window % self.cpu_every == 0)
+            # the first window is a CPU window: wall windows use its threads' active rates
+            wall = not (self.cpu_every and (n_window - 1) % self.cpu_every == 0)
             ok, text = self._one_window(out_path, wall)
             if self._stop.is_set() and not ok:
                 break
@@ -295,6 +297,7 @@ class PySpyCollector:
             "--duration", str(math.ceil(self.window_s) + 2),
         ] + (["--subprocesses"] if self.children else []) + (
             ["--idle", "--nonblocking"] if wall else [])  # fmt: skip
+        cpu_before = {} if wall else thread_cpu_ns([self.pid, *self._live_children()])
         t_start = time.time()
         try:
             self._proc = proc = subprocess.Popen(
@@ -331,6 +334,9 @@ class PySpyCollector:
                 if pid not in self._procs or (ppid and not self._procs[pid][0]):
                     self._procs[pid] = (ppid, cmd)
         rows, bad = parse_raw(text)
+        if not wall:  # a sleeping thread py-spy saw as active is not CPU (collect/thread_cpu.py)
+            after = thread_cpu_ns([self.pid, *self._live_children()])
+            rows = clamp_to_cpu(rows, cpu_before, after, self.rate_hz)
         if self.tag and not self.children:
             self._procs.setdefault(self.pid, (0, read_cmdline(self.pid)))
             thread_pids = {tid: self.pid for tid, _name, _st, _n in rows}

@@ -1,0 +1,60 @@
+"""Kernel CPU time keeps py-spy's "active" honest: a sleeping thread is not CPU."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+from infertop.collect.thread_cpu import clamp_to_cpu, thread_cpu_ns
+from infertop.model.events import Frame
+
+SLEEPER = (Frame("helper", "/srv/metrics.py", 5),)
+WORKER = (Frame("encode", "/srv/tok.py", 9),)
+
+
+def test_real_threads_cpu_time_tells_a_sleeper_from_a_worker() -> None:
+    stop = threading.Event()
+    tids: dict[str, int] = {}
+
+    def sleeper() -> None:
+        tids["sleeper"] = threading.get_native_id()
+        while not stop.is_set():
+            time.sleep(0.05)
+
+    def worker() -> None:
+        tids["worker"] = threading.get_native_id()
+        while not stop.is_set():
+            sum(i * i for i in range(2000))
+
+    threads = [threading.Thread(target=f, daemon=True) for f in (sleeper, worker)]
+    for th in threads:
+        th.start()
+    deadline = time.monotonic() + 5
+    while len(tids) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    before = thread_cpu_ns([os.getpid()])
+    time.sleep(0.5)  # a 0.5 s window
+    after = thread_cpu_ns([os.getpid()])
+    stop.set()
+    for th in threads:
+        th.join()
+    # as py-spy might report them at 100 Hz: both "active" in 40 of 50 samples
+    rows = [(tids["sleeper"], "metrics", SLEEPER, 40), (tids["worker"], "worker", WORKER, 40)]
+    kept = {tid: n for tid, _name, _stack, n in clamp_to_cpu(rows, before, after, 100.0)}
+    assert kept.get(tids["sleeper"], 0) <= 3  # the sleeper ran for well under a millisecond
+    assert kept[tids["worker"]] >= 20  # the worker had the GIL about half the time, at least
+
+
+def test_threads_the_kernel_does_not_know_are_left_as_they_are() -> None:
+    rows = [(0xDEAD, "x", WORKER, 30)]
+    assert clamp_to_cpu(rows, {1: 0}, {1: 10}, 100.0) == rows
+    assert clamp_to_cpu(rows, {}, {}, 100.0) == rows
+
+
+def test_a_clamped_thread_keeps_its_stacks_in_proportion() -> None:
+    other = (Frame("json_dumps", "/srv/out.py", 3),)
+    rows = [(7, "w", WORKER, 30), (7, "w", other, 10), (8, "x", WORKER, 5)]
+    # thread 7 ran 0.1 s of a window at 100 Hz: 15 samples allowed (slack 1.5), thread 8 is free
+    kept = clamp_to_cpu(rows, {7: 0, 8: 0}, {7: 100_000_000, 8: 10**9}, 100.0)
+    assert [(tid, n) for tid, _name, _stack, n in kept] == [(7, 12), (7, 3), (8, 5)]
