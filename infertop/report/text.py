@@ -116,12 +116,18 @@ def render_text(rep: dict[str, Any]) -> str:
     else:
         out.append("  none (no bottleneck rule fired)")
     out.append("")
-    out.append("where the active time goes (share of active thread samples):")
+    wall = "wall" in rep["sampling"].get("views", ("wall",))
+    if wall:
+        out.append("where the time goes (wall time of the pipeline threads; cpu: share of active samples):")
+    else:
+        out.append("where the active time goes (share of active thread samples; no wall windows in this recording):")
     for st in rep["stages"]:
         bar = "█" * round(30 * st["share"])
-        out.append(f"  {st['name']:<12} {_pct(st['share'])}  {st['seconds']:8.2f} s  {bar} {_latency(st)}".rstrip())
+        cpu = f"  cpu {_pct(st.get('cpu_share', st['share']))}" if wall else ""
+        out.append(f"  {st['name']:<12} {_pct(st['share'])}{cpu}  {st['seconds']:8.2f} s  {bar} {_latency(st)}".rstrip())
     if rep.get("idle"):
-        out.append(f"  (idle: {_pct(rep['idle']['share_of_all'])} of all thread time)")
+        whose = "the pipeline threads' time outside every stage" if wall else "all thread time"
+        out.append(f"  (idle: {_pct(rep['idle']['share_of_all'])} of {whose})")
     if not rep["stages"] and not rep["sampling"]["samples"]:
         out.append("  (no Python samples in this recording)")
     out.append("")
@@ -170,13 +176,14 @@ def render_markdown(rep: dict[str, Any]) -> str:
             )
     else:
         out.append("No bottleneck rule fired.")
-    out += ["", "## Stages", "", "| stage | share | seconds | p50 ms | p99 ms | calls |", "|---|---:|---:|---:|---:|---:|"]
+    out += ["", "## Stages", "", "| stage | wall share | cpu share | seconds | p50 ms | p99 ms | calls |", "|---|---:|---:|---:|---:|---:|---:|"]
     for st in rep["stages"]:
         lat = st["latency_ms"] or {}
         p50 = f"{lat['p50']:.1f}" if lat else ""
         p99 = f"{lat['p99']:.1f}" if lat else ""
+        cpu = 100 * st.get("cpu_share", st["share"])
         out.append(
-            f"| {st['name']} | {100 * st['share']:.1f}% | {st['seconds']:.2f} | {p50} | {p99} | {st['calls'] or ''} |"
+            f"| {st['name']} | {100 * st['share']:.1f}% | {cpu:.1f}% | {st['seconds']:.2f} | {p50} | {p99} | {st['calls'] or ''} |"
         )
     out += processes_markdown(rep)
     if rep.get("ops"):

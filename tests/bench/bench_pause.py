@@ -8,7 +8,9 @@ not count as a stop. Each phase starts a fresh probe and attaches a sampler (non
 ``py-spy record`` at a rate, or ``infertop record --no-inject`` at a rate); phases rotate.
 
     python tests/bench/bench_pause.py [--rates 100,50,25] [--threads 7] [--phase 8] [--rounds 3]
-        [--tools py-spy,infertop,infertop/w5]
+        [--tools py-spy,infertop,infertop/w5,infertop/c1]
+    (infertop/wN: py-spy windows of N s; infertop/cN: every Nth window a CPU window, the rest
+    wall windows, non-blocking; c1: CPU windows only, as before wall windows)
 """
 
 from __future__ import annotations
@@ -80,10 +82,11 @@ def phase(tool: str, rate: float, threads: int, seconds: float, tmp: str) -> dic
              os.path.join(tmp, "p.txt"), "--duration", str(int(seconds + warm + 5))],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
-    elif tool.startswith("infertop"):  # infertop/wN: py-spy windows of N seconds
-        window = tool.partition("/w")[2] or "1"
-        config = os.path.join(tmp, f"w{window}.toml")
-        Path(config).write_text(f"[collect]\nwindow = {window}\n")
+    elif tool.startswith("infertop"):  # infertop/wN: windows of N s; /cN: cpu_every N
+        opts = {part[0]: part[1:] for part in tool.split("/")[1:] if part}
+        window, cpu_every = opts.get("w", "1"), opts.get("c", "2")
+        config = os.path.join(tmp, f"w{window}c{cpu_every}.toml")
+        Path(config).write_text(f"[collect]\nwindow = {window}\ncpu_every = {cpu_every}\n")
         sampler = subprocess.Popen(
             [sys.executable, "-m", "infertop", "record", str(probe.pid), "-o",
              os.path.join(tmp, "r.infertop"), "--rate", f"{rate:g}", "--no-inject",
