@@ -1,5 +1,5 @@
 """The window reduction (payload.reduce_events), fed from synthetic events, from the real GPU
-traces in ../shared/traces (through the same event tuples the agent builds from _KinetoEvent),
+traces in tests/data/traces (through the same event tuples the agent builds from _KinetoEvent),
 and from a real torch.profiler run in this process."""
 
 from __future__ import annotations
@@ -14,18 +14,13 @@ import pytest
 
 from infertop.agent import payload as PL
 
-TRACES = Path(__file__).resolve().parents[3] / "shared" / "traces"
-if not TRACES.is_dir():  # the checkout may sit elsewhere; the brief puts shared/ beside it
-    TRACES = Path("/work/shared/traces")
+from tests.support.data import trace
 
 KINDS = PL.CPU_KINDS | PL.GPU_KINDS | PL.RUNTIME_KINDS | {"cuda_sync"}
 
 
 def load_trace(name: str) -> dict:
-    path = TRACES / name
-    if not path.exists():
-        pytest.skip("trace %s not available" % name)
-    with gzip.open(path, "rt") as fh:
+    with gzip.open(trace(name), "rt") as fh:
         return json.load(fh)
 
 

@@ -4,7 +4,7 @@ HTA (PyPI ``holistictraceanalysis``, pandas-based) is the reference analysis. It
 bench-only dependency, installed in its own venv so it never touches infertop's:
 
     python3 -m venv /tmp/htavenv && /tmp/htavenv/bin/pip install holistictraceanalysis
-    python tests/bench/bench_kineto.py [--trace ../shared/traces/a100_80gb_rank0.json.gz]
+    python tests/bench/bench_kineto.py [--trace tests/data/traces/a100_80gb_rank0.json.gz]
                                        [--hta-python /tmp/htavenv/bin/python] [--repeat 3]
 
 Measures wall time of whole processes (start-up included, as a user runs them):
@@ -49,7 +49,7 @@ def timed(cmd: list[str]) -> tuple[float, str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--trace", default=str(ROOT.parent / "shared/traces/a100_80gb_rank0.json.gz"))
+    ap.add_argument("--trace", default=str(ROOT / "tests/data/traces/a100_80gb_rank0.json.gz"))
     ap.add_argument("--hta-python", default="/tmp/htavenv/bin/python")
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()

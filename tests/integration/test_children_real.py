@@ -63,7 +63,8 @@ def test_record_children_follows_every_worker_and_survives_one_dying(tmp_path) -
         assert procs[pid]["ppid"] == sample.pid and procs[pid]["role"].startswith("worker")
         assert stages["forward"]["samples"] > 0, (pid, procs[pid])
         assert (procs[pid]["exited_after_s"] is not None) == (pid == victim)
-    merged = {s["name"]: s["samples"] for s in rep["stages"]}
+    # the processes' stages count CPU samples: the merged ones' CPU samples are their sum
+    merged = {s["name"]: s["cpu_samples"] for s in rep["stages"]}
     assert merged["forward"] == sum(
         s["samples"] for p in rep["processes"] for s in p["stages"] if s["name"] == "forward"
     )

@@ -11,6 +11,7 @@ import pytest
 from support.chrome_trace import load, validate
 
 from .helpers import ROOT, infertop, read_truth, start_target, stop_target
+from tests.support import data
 
 pytestmark = pytest.mark.slow
 SCHEMA = json.loads((ROOT / "tests/fixtures/export/speedscope-schema.json").read_text())
@@ -78,9 +79,7 @@ def test_holistic_trace_analysis_loads_the_kineto_export(tmp_path) -> None:
     from infertop.collect.kineto import read_trace
     from infertop.record.import_kineto import import_trace
 
-    trace = ROOT.parent / "shared" / "traces" / "a100_alexnet_pageable_memcpy.json.gz"
-    if not trace.exists():
-        pytest.skip("shared traces are not beside this checkout")
+    trace = data.trace("a100_alexnet_pageable_memcpy.json.gz")
     rec = str(tmp_path / "alexnet.infertop")
     import_trace(str(trace), rec)
     folder = tmp_path / "hta"

@@ -1,4 +1,4 @@
-"""Directories of per-rank torch.profiler traces, made of the real traces in ../shared/traces.
+"""Directories of per-rank torch.profiler traces, made of the real traces in tests/data/traces.
 
 A genuinely slower rank is a real trace *transformed*: every timestamp and duration stretched
 by a factor about the trace's first event, as if the same work ran that much slower (a GPU
@@ -12,18 +12,13 @@ import json
 import shutil
 from pathlib import Path
 
-import pytest
+from tests.support import data
 
-TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
-if not TRACES.is_dir():
-    TRACES = Path("/work/shared/traces")
+TRACES = data.TRACES
 
 
 def trace(name: str) -> Path:
-    path = TRACES / f"{name}.json.gz"
-    if not path.exists():
-        pytest.skip(f"trace {name} not available")
-    return path
+    return data.trace(f"{name}.json.gz")
 
 
 def stretched(src: Path, dst: Path, factor: float, rank: int | None = None) -> Path:

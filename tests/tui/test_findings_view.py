@@ -15,6 +15,7 @@ from infertop.tui import create_app
 from infertop.tui.widgets.findings import FindingsScreen, evidence_lines
 from infertop.tui.widgets.flame import FlameList, FlamePanel
 from infertop.tui.widgets.ops import OpsTable
+from tests.support import data
 
 #: the sample recording's preprocess is ~7 % of active samples: fire preprocess-hot at 5 %
 CONFIG = replace(Config(), findings=FindingThresholds(preprocess_hot_share=0.05))
@@ -126,14 +127,11 @@ def test_evidence_reads_with_units() -> None:
     assert "gaps_ms: 120.5, 101" in text and "op aten::copy_, self_us 80.0 µs" in text
 
 
-TRACE = Path("/work/shared/traces/a100_sampled_rank0.json.gz")
-if not TRACE.exists():
-    TRACE = Path(__file__).resolve().parents[3] / "shared" / "traces" / TRACE.name
+TRACE = data.TRACES / "a100_sampled_rank0.json.gz"
 
 
 async def test_an_imported_trace_replays_with_its_ops_and_findings(tmp_path: Path) -> None:
-    if not TRACE.exists():
-        pytest.skip("the shared traces are not here")
+    data.trace(TRACE.name)
     from infertop.record.import_kineto import import_trace
 
     out = tmp_path / "trace.infertop"

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from infertop.cli import build_parser
+from tests.support import data
 
 INFERTOP = [sys.executable, "-m", "infertop"]
 
@@ -116,9 +117,7 @@ def test_report_reads_kineto_traces_and_directories_of_ranks(repo_root, tmp_path
     import json
     import shutil
 
-    traces = repo_root.parent / "shared" / "traces"
-    if not traces.exists():
-        pytest.skip("shared traces are not beside this checkout")
+    traces = data.TRACES
     p = run("report", str(traces / "a100_alexnet_pageable_memcpy.json.gz"), "--format", "json")
     assert p.returncode == 0, p.stderr
     rep = json.loads(p.stdout)
@@ -195,9 +194,7 @@ def test_pyspy_that_fails_is_reported_not_a_traceback(tmp_path) -> None:
 @pytest.mark.parametrize("fmt", ["text", "json"])
 def test_report_into_a_full_disk_is_one_line(repo_root, fmt: str) -> None:
     """``infertop report X > file`` on a full disk: one line and exit 2, not an internal error."""
-    trace = repo_root.parent / "shared" / "traces" / "a100_alexnet_pageable_memcpy.json.gz"
-    if not trace.exists():
-        pytest.skip("shared traces are not beside this checkout")
+    trace = data.trace("a100_alexnet_pageable_memcpy.json.gz")
     with open("/dev/full", "w") as full:
         p = subprocess.run(INFERTOP + ["report", str(trace), "--format", fmt], stdout=full,
                            stderr=subprocess.PIPE, text=True, timeout=120)  # fmt: skip

@@ -12,13 +12,9 @@ import pytest
 from support.recordings import write_session
 
 from infertop.cli import main
+from tests.support import data
 
-TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
-if not TRACES.exists():
-    TRACES = Path("/work/shared/traces")
-needs_traces = pytest.mark.skipif(
-    not TRACES.exists(), reason="shared traces are not beside this checkout"
-)
+TRACES = data.TRACES
 DIFF = [sys.executable, "-m", "infertop", "diff"]
 
 
@@ -90,7 +86,6 @@ def _slower_kernels(src: Path, dst: Path, factor: float) -> None:
     dst.write_bytes(gzip.compress(json.dumps(doc).encode()))
 
 
-@needs_traces
 def test_kineto_traces_per_step(tmp_path) -> None:
     trace = TRACES / "v100_training_rank0.json.gz"
     same = _diff(str(trace), str(trace), "--fail-above", "0")
@@ -105,7 +100,6 @@ def test_kineto_traces_per_step(tmp_path) -> None:
     assert _diff(str(trace), str(slower), "--fail-above", "50").returncode == 0
 
 
-@needs_traces
 def test_a_trace_against_a_recording_compares_what_both_have(pair) -> None:
     p = _diff(str(TRACES / "a100_alexnet_pageable_memcpy.json.gz"), pair[0], "--fail-above", "1")
     # a trace has no samples: stage shares are shown but not gated

@@ -25,17 +25,13 @@ from infertop.cli import main
 from infertop.collect.kineto import CAT, read_trace
 from infertop.export.run import export
 from infertop.record.writer import RecordingWriter
+from tests.support import data
 
-TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
-if not TRACES.exists():
-    TRACES = Path("/work/shared/traces")
-needs_traces = pytest.mark.skipif(
-    not TRACES.exists(), reason="shared traces are not beside this checkout"
-)
+TRACES = data.TRACES
 SCHEMA = json.loads(
     (Path(__file__).resolve().parents[1] / "fixtures/export/speedscope-schema.json").read_text()
 )
-GPU_TRACES = sorted(TRACES.glob("*.json.gz"))
+GPU_TRACES = data.gpu_traces()
 
 
 def _events(path: str) -> list[dict]:
@@ -183,7 +179,6 @@ def test_gzip_when_the_name_ends_in_gz(tmp_path) -> None:
     assert not [f for f in os.listdir(tmp_path) if f.startswith(".infertop-export")]
 
 
-@needs_traces
 @pytest.mark.parametrize("trace", GPU_TRACES, ids=lambda p: p.name)
 def test_kineto_traces_export_whole_and_valid(trace: Path, tmp_path) -> None:
     out = str(tmp_path / "k.json.gz")
@@ -206,7 +201,6 @@ def test_kineto_traces_export_whole_and_valid(trace: Path, tmp_path) -> None:
         )
 
 
-@needs_traces
 def test_kineto_findings_are_instant_events(tmp_path) -> None:
     out = str(tmp_path / "k.json")
     export(str(TRACES / "a100_alexnet_pageable_memcpy.json.gz"), "chrome", out)
@@ -287,7 +281,6 @@ def test_speedscope_profiles_per_thread_and_per_stage(tmp_path) -> None:
     assert profiles["thread worker (102)"]["weights"] == [pytest.approx(3600.0)]
 
 
-@needs_traces
 @pytest.mark.parametrize(
     "trace", ["a100_alexnet_pageable_memcpy.json.gz", "cpu_only_rank34.json.gz"]
 )
@@ -427,7 +420,6 @@ def test_kineto_export_needs_profiler_windows(tmp_path) -> None:
     assert p.returncode == 5 and "no torch-profiler windows" in p.stderr
 
 
-@needs_traces
 def test_an_imported_trace_exports_everywhere(tmp_path) -> None:
     from infertop.record.import_kineto import import_trace
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,15 +13,14 @@ from infertop.analysis.trace_findings import trace_input
 from infertop.analysis.trace_ops import OpRow, OutsideOps
 from infertop.collect.kineto import read_trace
 from infertop.config import FindingThresholds
+from tests.support import data
 
-TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
+TRACES = data.TRACES
 TH = FindingThresholds()
 
 
 def rules_on(name: str) -> dict[str, str]:
-    if not TRACES.exists():
-        pytest.skip("shared traces are not beside this checkout")
-    fs = evaluate(trace_input(read_trace(str(TRACES / f"{name}.json.gz"))))
+    fs = evaluate(trace_input(read_trace(str(data.trace(f"{name}.json.gz")))))
     for f in fs:  # every finding carries its evidence, numbers and a fix
         assert f.severity in ("high", "medium", "low") and f.title and f.hint and f.evidence
     return {f.rule: f.severity for f in fs}

@@ -33,9 +33,9 @@ from infertop.record.format import HEADER, MAGIC, RECORD, encode_event
 from infertop.record.reader import read_recording
 from infertop.record.stream import RecordingStream
 from tests.support.recordings import session_events
+from tests.support import data
 
-TRACES = Path(__file__).resolve().parents[3] / "shared" / "traces"
-ALEXNET = TRACES / "a100_alexnet_pageable_memcpy.json.gz"
+ALEXNET = data.TRACES / "a100_alexnet_pageable_memcpy.json.gz"
 
 #: values that break naive readers: wrong types, NaN and infinities, 64-bit edges, huge numbers
 ODD = [
@@ -211,9 +211,7 @@ def _everything_on_a_trace(path: str, out_dir: str) -> None:
 
 @pytest.fixture(scope="module")
 def alexnet() -> dict:
-    if not ALEXNET.exists():
-        pytest.skip("shared traces are not beside this checkout")
-    with gzip.open(ALEXNET) as fh:
+    with gzip.open(data.trace(ALEXNET.name)) as fh:
         return json.load(fh)
 
 

@@ -19,18 +19,13 @@ from infertop.config import Config
 from infertop.model.events import OpWindow, ProcessDef
 from infertop.record.reader import read_recording
 from infertop.sources import ReplaySource
+from tests.support import data
 
-TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
-if not TRACES.is_dir():
-    TRACES = Path("/work/shared/traces")
 INFERTOP = [sys.executable, "-m", "infertop"]
 
 
 def trace(name: str) -> Path:
-    path = TRACES / f"{name}.json.gz"
-    if not path.exists():
-        pytest.skip(f"trace {name} not available")
-    return path
+    return data.trace(f"{name}.json.gz")
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:

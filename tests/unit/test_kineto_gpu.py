@@ -1,4 +1,4 @@
-"""Kineto reading and the GPU breakdown, on the real A100/V100 traces in ../shared/traces."""
+"""Kineto reading and the GPU breakdown, on the real A100/V100 traces in tests/data/traces."""
 
 from __future__ import annotations
 
@@ -6,15 +6,15 @@ import gzip
 import json
 import random
 from collections import Counter, defaultdict
-from pathlib import Path
 
 import pytest
 
 from infertop.analysis.gpu import memcpy_kind, summarize_gpu
 from infertop.collect.kineto import parse_trace, read_trace
 from infertop.errors import BadInputFile
+from tests.support import data
 
-TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
+TRACES = data.TRACES
 NAMES = [
     "a100_alexnet_pageable_memcpy",
     "a100_sampled_rank0",
@@ -22,7 +22,6 @@ NAMES = [
     "v100_training_rank0",
     "cpu_only_rank34",
 ]
-pytestmark = pytest.mark.skipif(not TRACES.exists(), reason="shared traces are not beside this checkout")
 
 
 def plain_sums(name: str) -> tuple[dict[str, float], Counter, dict]:

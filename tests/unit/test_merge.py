@@ -2,7 +2,7 @@
 is one line and the right exit code (docs/failure-matrix.md).
 
 The inputs are real: recordings imported from the real torch.profiler traces of
-../shared/traces (tests/integration/test_merge_real.py merges real py-spy recordings)."""
+tests/data/traces (tests/integration/test_merge_real.py merges real py-spy recordings)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """A directory of per-rank torch.profiler traces imports as one recording with a process per
 rank, and a rank whose steps are consistently slower is a ``straggler`` finding.
 
-The traces are the real ones of ../shared/traces; the slower rank is a real trace transformed
+The traces are the real ones of tests/data/traces; the slower rank is a real trace transformed
 (every ts and dur stretched by 1.3 about its first event: tests/support/kineto_ranks.py)."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 report (the processes section, the straggler finding), and the Chrome export of a rank or
 merged recording names each process's group after that process.
 
-The traces are the real ones of ../shared/traces; the slower rank is a real trace transformed
+The traces are the real ones of tests/data/traces; the slower rank is a real trace transformed
 (stretched by 1.3: tests/support/kineto_ranks.py)."""
 
 from __future__ import annotations
