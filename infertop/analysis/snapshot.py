@@ -91,6 +91,7 @@ class Snapshot:
     #: the process selector's rows (key W): filled in by the UI's ingest worker
     process_rows: tuple[ProcessRow, ...] = ()
     view: str = "wall"
+    windows: int = 0  # py-spy windows up to t, folded ones included (both kinds)
     #: the session up to t in both views, whichever is shown; ``wall_measured`` false: no wall
     #: windows (a recording made before 1.5, or ``cpu_every = 1``), so wall is the CPU view
     wall_totals: tuple[StageShare, ...] = ()
@@ -134,6 +135,16 @@ def _sum_stage_counts(
     out: dict[str, int] = dict(folded or {})
     for ws in windows:
         for s, n in ws.stage_counts.items():
+            out[s] = out.get(s, 0) + n
+    return out
+
+
+def _sum_wall_counts(
+    windows: list[WindowSummary], folded: dict[str, int] | None = None
+) -> dict[str, int]:
+    out: dict[str, int] = dict(folded or {})
+    for ws in windows:
+        for s, n in (ws.wall_counts or {}).items():
             out[s] = out.get(s, 0) + n
     return out
 
@@ -195,28 +206,32 @@ def build_snapshot(
     duration = max(0.0, t_now - session.t_first)
     latencies = session.span_latencies(t)  # every span so far, folded ones included
     span_list = session.spans_between(None, t) if latencies is None else []
-    wall_windows = [w for w in windows if w.wall]
+    # the wall view: every window that has one (wall windows, CPU windows after the first
+    # wall window: analysis/wall.py); the CPU view: CPU windows
+    walled = [w for w in windows if w.wall_counts is not None]
     cpu_windows = [w for w in windows if not w.wall]
-    wall_measured = bool(wall_windows or folded.wall_windows)
+    wall_measured = any(w.wall for w in windows) or folded.wall_windows > 0
     sampled = folded.sampled_s + sum(w.window.t_end - w.window.t_start for w in windows)
-    wall_s = folded.wall_sampled_s + sum(w.window.t_end - w.window.t_start for w in wall_windows)
+    wall_s = folded.wall_sampled_s + sum(w.window.t_end - w.window.t_start for w in walled)
+    cpu_s = sampled - sum(w.window.t_end - w.window.t_start for w in windows if w.wall)
+    cpu_s -= folded.sampled_s - folded.cpu_sampled_s
     cpu_totals = stage_shares(
-        _sum_stage_counts(cpu_windows, folded.stage_counts), _view_rate(rate, sampled - wall_s, sampled),
+        _sum_stage_counts(cpu_windows, folded.stage_counts), _view_rate(rate, cpu_s, sampled),
         span_list, duration, latencies=latencies,
     )  # fmt: skip
     wall_totals = (
         stage_shares(
-            _sum_stage_counts(wall_windows, folded.wall_counts), _view_rate(rate, wall_s, sampled),
+            _sum_wall_counts(walled, folded.wall_counts), _view_rate(rate, wall_s, sampled),
             span_list, duration, latencies=latencies,
         )  # fmt: skip
         if wall_measured
         else cpu_totals
     )
     view = "cpu" if view == "cpu" or not wall_measured else "wall"
-    shown = [w for w in windows if w.wall == (view == "wall")] if wall_measured else windows
+    shown = walled if view == "wall" else (cpu_windows if wall_measured else windows)
     recent_windows = [w for w in shown if w.window.t_end > t_now - recent_s]
     recent = stage_shares(
-        _sum_stage_counts(recent_windows),
+        _sum_wall_counts(recent_windows) if view == "wall" else _sum_stage_counts(recent_windows),
         rate,
         session.spans_between(t_now - recent_s, t),
         recent_s,
@@ -244,7 +259,10 @@ def build_snapshot(
         target=session.target,
         totals=tuple(wall_totals if view == "wall" else cpu_totals),
         recent=tuple(recent),
-        history=tuple(dict(w.stage_counts) for w in shown[-history:]),
+        history=tuple(
+            dict(w.wall_counts if view == "wall" and w.wall_counts is not None else w.stage_counts)
+            for w in shown[-history:]
+        ),
         flame=build_flame(items, frames_of, session.stage_of, stage_filter),
         stage_filter=stage_filter,
         top=tuple(top_frames(items, frames_of, session.stage_of)),
@@ -282,6 +300,7 @@ def build_snapshot(
         processes_exited=tuple(exit_times(session, t)) if session.processes else (),
         process=process,
         view=view,
+        windows=folded.windows + len(windows),
         wall_totals=tuple(wall_totals),
         cpu_totals=tuple(cpu_totals),
         wall_measured=wall_measured,

@@ -19,6 +19,12 @@ Two things need more than the stack, and the CPU windows in between give them:
   ``other`` time plus time blocked in C outside every stage (a ``time.sleep`` in its loop). The
   thread's active ``other`` rate is measured in its recent CPU windows; in a wall window its
   ``other`` keeps at most that many samples and the rest is ``idle``.
+
+CPU windows get a wall view too, so that the wall view covers the whole session and not every
+other second (a torch.profiler window of the agent, a burst of traffic, lands in either kind):
+a pipeline thread's active samples are measured; the samples a CPU window leaves out (its
+samples per tick in recent wall windows, less its active ones) are spread over the stages in
+which its recent wall windows had more samples than its CPU windows did.
 """
 
 from __future__ import annotations
@@ -33,26 +39,46 @@ QUEUE = "queue"
 NOT_WORK = frozenset({OTHER, IDLE, QUEUE, "infertop"})
 PIPELINE_MIN_SHARE = 0.25
 PIPELINE_MIN_SAMPLES = 3
-CPU_WINDOWS_KEPT = 8  # a thread's active ``other`` rate: over its last 8 CPU windows
+RECENT = 8  # a thread's rates are of its last 8 CPU windows and last 8 wall windows
 
 
 @dataclass(slots=True)
 class _Thread:
     pipeline: int = 0  # wall samples in work stages, session so far
     busy: int = 0  # wall samples neither frame-idle nor queue, session so far
-    #: (active ``other`` samples, ticks) of the recent CPU windows
-    cpu: deque[tuple[int, int]] = field(default_factory=lambda: deque(maxlen=CPU_WINDOWS_KEPT))
+    #: (stage counts, ticks) of the recent CPU windows (active samples) and wall windows (the
+    #: wall view's counts)
+    cpu: deque[tuple[dict[str, int], int]] = field(default_factory=lambda: deque(maxlen=RECENT))
+    wall: deque[tuple[dict[str, int], int]] = field(default_factory=lambda: deque(maxlen=RECENT))
 
     def is_pipeline(self) -> bool:
         return self.pipeline >= PIPELINE_MIN_SAMPLES and self.pipeline >= PIPELINE_MIN_SHARE * self.busy
 
     def other_rate(self) -> float | None:
-        ticks = sum(t for _n, t in self.cpu)
-        return sum(n for n, _t in self.cpu) / ticks if ticks else None
+        ticks = sum(t for _c, t in self.cpu)
+        return sum(c.get(OTHER, 0) for c, _t in self.cpu) / ticks if ticks else None
+
+    def idle_rates(self) -> tuple[float, dict[str, float]] | None:
+        """(samples per tick, and idle samples per tick by stage) from the recent windows: what a
+        CPU window leaves out of this thread. None before any wall window."""
+        wall_ticks = sum(t for _c, t in self.wall)
+        cpu_ticks = sum(t for _c, t in self.cpu)
+        if not wall_ticks or not cpu_ticks:
+            return None
+        wall: dict[str, int] = {}
+        for c, _t in self.wall:
+            for stage, n in c.items():
+                wall[stage] = wall.get(stage, 0) + n
+        cpu: dict[str, int] = {}
+        for c, _t in self.cpu:
+            for stage, n in c.items():
+                cpu[stage] = cpu.get(stage, 0) + n
+        rates = {s: n / wall_ticks - cpu.get(s, 0) / cpu_ticks for s, n in wall.items()}
+        return sum(wall.values()) / wall_ticks, {s: r for s, r in rates.items() if r > 0}
 
 
 class WallAttribution:
-    """Turns windows into per-thread stage counts of their view, in session order."""
+    """Turns windows into per-thread stage counts of the wall view, in session order."""
 
     def __init__(self) -> None:
         self._threads: dict[int, _Thread] = {}
@@ -63,11 +89,27 @@ class WallAttribution:
             th = self._threads[tid] = _Thread()
         return th
 
-    def cpu_window(self, by_thread: dict[int, dict[str, int]], ticks: int, tids: Iterable[int]) -> None:
-        """Note a CPU window's active samples (``tids``: every thread known, so that a thread with
-        no active ``other`` sample in it counts as having none)."""
+    def cpu_window(
+        self, by_thread: dict[int, dict[str, int]], ticks: int, tids: Iterable[int]
+    ) -> dict[int, dict[str, int]] | None:
+        """Note a CPU window's samples (``by_thread``: active samples by stage, frame-idle ones
+        under ``idle``; ``tids``: every thread known, so that one with no active sample counts as
+        idle throughout) and return the window's wall view, estimated: each pipeline thread's
+        active samples as they are, plus the samples the window left out (the thread's samples
+        per tick in its recent wall windows, less its active ones), spread over the stages its
+        recent wall windows had idle samples in. None before any wall window."""
+        out: dict[int, dict[str, int]] = {}
+        known = False
         for tid in set(tids) | set(by_thread):
-            self._thread(tid).cpu.append((by_thread.get(tid, {}).get(OTHER, 0), ticks))
+            th = self._thread(tid)
+            active = by_thread.get(tid, {})
+            if th.is_pipeline():
+                rates = th.idle_rates()
+                if rates is not None:
+                    known = True
+                    out[tid] = _with_idle(active, ticks, *rates)
+            th.cpu.append((dict(active), ticks))
+        return out if known else None
 
     def wall_window(self, by_thread: dict[int, dict[str, int]], ticks: int) -> dict[int, dict[str, int]]:
         """A wall window's counts as the wall view has them: pipeline threads only, their
@@ -79,8 +121,6 @@ class WallAttribution:
         out: dict[int, dict[str, int]] = {}
         for tid, stages in by_thread.items():
             th = self._threads[tid]
-            if not th.is_pipeline():
-                continue
             mine = dict(stages)
             rate = th.other_rate()
             other = mine.get(OTHER, 0)
@@ -88,11 +128,28 @@ class WallAttribution:
                 keep = min(other, round(rate * ticks))
                 mine[OTHER] = keep
                 mine[IDLE] = mine.get(IDLE, 0) + other - keep
-            out[tid] = {s: n for s, n in mine.items() if n}
+            mine = {s: n for s, n in mine.items() if n}
+            th.wall.append((mine, ticks))
+            if th.is_pipeline():
+                out[tid] = mine
         return out
 
     def pipeline_threads(self) -> list[int]:
         return [tid for tid, th in self._threads.items() if th.is_pipeline()]
+
+
+def _with_idle(
+    active: dict[str, int], ticks: int, per_tick: float, idle_rates: dict[str, float]
+) -> dict[str, int]:
+    missing = max(0.0, per_tick * ticks - sum(active.values()))
+    out = dict(active)
+    total = sum(idle_rates.values())
+    if missing and total > 0:
+        for stage, rate in idle_rates.items():
+            out[stage] = out.get(stage, 0) + round(missing * rate / total)
+    elif missing:
+        out[IDLE] = out.get(IDLE, 0) + round(missing)
+    return {s: n for s, n in out.items() if n}
 
 
 def by_thread_stages(

@@ -48,7 +48,9 @@ class WindowSummary:
 
     A CPU window's counts are of active samples, plus the derived ``idle``; a wall window's
     (``wall``) are of the wall view: every sample of the pipeline threads (``analysis/wall.py``).
-    ``by_thread`` holds the same counts per thread (empty for windows made by hand)."""
+    ``by_thread`` holds the same counts per thread (empty for windows made by hand).
+    ``wall_counts`` / ``wall_by_thread`` are the window's wall view whichever its kind (a CPU
+    window's estimated from its active samples; None before any wall window)."""
 
     window: SampleWindow
     stage_counts: dict[str, int]
@@ -56,6 +58,8 @@ class WindowSummary:
     idle: int
     wall: bool = False
     by_thread: dict[int, dict[str, int]] = field(default_factory=dict)
+    wall_counts: dict[str, int] | None = None
+    wall_by_thread: dict[int, dict[str, int]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -68,9 +72,10 @@ class WindowTotals:
     active: int = 0  # CPU windows' active samples
     errors: int = 0
     sampled_s: float = 0.0
-    wall_windows: int = 0
-    wall_counts: dict[str, int] = field(default_factory=dict)  # wall windows' (the wall view)
+    wall_windows: int = 0  # windows with a wall view (wall windows, and CPU windows after one)
+    wall_counts: dict[str, int] = field(default_factory=dict)  # the wall view's
     wall_sampled_s: float = 0.0
+    cpu_sampled_s: float = 0.0
     t_first: float | None = None  # the first folded window's start
     t_end: float = float("-inf")  # the newest folded window's end
     #: (start, end) of the stretches in which the target did work (samples outside idle and
@@ -82,12 +87,13 @@ class WindowTotals:
         self.windows += 1
         self.errors += w.errors
         self.sampled_s += w.t_end - w.t_start
-        if ws.wall:
+        if ws.wall_counts is not None:
             self.wall_windows += 1
             self.wall_sampled_s += w.t_end - w.t_start
-            for s, n in ws.stage_counts.items():
+            for s, n in ws.wall_counts.items():
                 self.wall_counts[s] = self.wall_counts.get(s, 0) + n
-        else:
+        if not ws.wall:
+            self.cpu_sampled_s += w.t_end - w.t_start
             for s, n in ws.stage_counts.items():
                 self.stage_counts[s] = self.stage_counts.get(s, 0) + n
             for _tid, sid, n in w.counts:
@@ -114,21 +120,33 @@ def split_by_pid(
         rows.setdefault(owner.get(c[0], target), []).append(c)
     out: dict[int, WindowSummary] = {}
     for pid, counts in rows.items():
-        stage_counts: dict[str, int] = {}
-        by_thread: dict[int, dict[str, int]] = {}
-        for tid in dict.fromkeys(c[0] for c in counts):
-            per = ws.by_thread.get(tid)
-            if per is None:
-                continue
-            by_thread[tid] = per
-            for stage, n in per.items():
-                if stage != IDLE:
-                    stage_counts[stage] = stage_counts.get(stage, 0) + n
+        tids = list(dict.fromkeys(c[0] for c in counts))
+        by_thread, stage_counts = _threads_of(ws.by_thread, tids)
+        wall_by_thread, wall_counts = _threads_of(ws.wall_by_thread, tids)
         active = sum(stage_counts.values())
-        stage_counts[IDLE] = 0
         window = replace(ws.window, counts=tuple(counts))
-        out[pid] = WindowSummary(window, stage_counts, active, 0, ws.wall, by_thread)
+        out[pid] = WindowSummary(
+            window, {**stage_counts, IDLE: 0}, active, 0, ws.wall, by_thread,
+            None if ws.wall_counts is None else {**wall_counts, IDLE: 0}, wall_by_thread,
+        )  # fmt: skip
     return out
+
+
+def _threads_of(
+    by_thread: dict[int, dict[str, int]], tids: Iterable[int]
+) -> tuple[dict[int, dict[str, int]], dict[str, int]]:
+    """The per-thread counts of ``tids`` and their stages summed, idle left out."""
+    mine: dict[int, dict[str, int]] = {}
+    summed: dict[str, int] = {}
+    for tid in tids:
+        per = by_thread.get(tid)
+        if per is None:
+            continue
+        mine[tid] = per
+        for stage, n in per.items():
+            if stage != IDLE:
+                summed[stage] = summed.get(stage, 0) + n
+    return mine, summed
 
 
 @dataclass
@@ -390,9 +408,18 @@ class Session:
                 for stage, n in per.items():
                     stage_counts[stage] = stage_counts.get(stage, 0) + n
             idle = stage_counts.setdefault(IDLE, 0)
-            summary = WindowSummary(w, stage_counts, sum(stage_counts.values()) - idle, idle, True, by_thread)
+            summary = WindowSummary(
+                w, stage_counts, sum(stage_counts.values()) - idle, idle, True, by_thread,
+                stage_counts, by_thread,
+            )  # fmt: skip
         else:
-            self._wall.cpu_window(by_thread, w.ticks, self.threads)
+            wall_by_thread = self._wall.cpu_window(by_thread, w.ticks, self.threads)
+            wall_counts = None
+            if wall_by_thread is not None:
+                wall_counts = {IDLE: 0}
+                for per in wall_by_thread.values():
+                    for stage, n in per.items():
+                        wall_counts[stage] = wall_counts.get(stage, 0) + n
             for per in by_thread.values():
                 per.pop(IDLE, None)  # a sampled thread caught in a blocking wait is idle
                 for stage, n in per.items():
@@ -401,7 +428,9 @@ class Session:
             threads = w.threads or len(self.threads) or 1
             idle = max(0, w.ticks * threads - active)
             stage_counts[IDLE] = idle
-            summary = WindowSummary(w, stage_counts, active, idle, False, by_thread)
+            summary = WindowSummary(
+                w, stage_counts, active, idle, False, by_thread, wall_counts, wall_by_thread or {}
+            )
         self.windows.append(summary)
         self._window_ends.append(w.t_end)
 

@@ -74,7 +74,8 @@ def build_report(
         "idle": idle,
         "sampling": {
             "rate_hz": snap.rate_hz,
-            "samples": snap.samples,
+            "samples": snap.samples,  # active samples of the CPU windows
+            "windows": snap.windows,  # py-spy windows, both kinds
             "errors": snap.errors,
             "coverage": _r(snap.coverage, 4),
             # "wall" absent: no wall windows (a recording older than format 1.5): share is cpu_share

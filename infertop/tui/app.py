@@ -78,6 +78,7 @@ class InfertopApp(App[None]):
             "Wall/CPU",
             "stage panel: wall time of the pipeline threads (idle waits inside a stage count) "
             "or CPU (active samples only)",
+            show=False,  # the footer is full at 80 columns: the panel's header says the view
         ),
         _b(
             "o",

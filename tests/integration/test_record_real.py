@@ -80,7 +80,8 @@ def test_sigkill_during_record_leaves_a_readable_recording(tmp_path) -> None:
     finally:
         stop_target(target)
     rep = report_json(out)
-    assert rep["sampling"]["samples"] >= 100  # ~3 windows of 50 Hz (the default) made it to disk
+    # ~3 one-second windows made it to disk (CPU and wall windows alternate)
+    assert rep["sampling"]["windows"] >= 3 and rep["sampling"]["samples"] >= 40, rep["sampling"]
     assert rep["duration_s"] >= 2.5
 
 
