@@ -47,8 +47,4 @@ class FastTokenizer(Tokenizer):
         encoded = [e.ids for e in self.rust.encode_batch(inputs)]
         if add_bos:
             encoded = [[self.bos_id, *ids] for ids in encoded]
-        if max_length is not None:
-            encoded = [ids[-max_length:] for ids in encoded]
-        width = max((len(ids) for ids in encoded), default=0)
-        rows = [[self.pad_id] * (width - len(ids)) + ids for ids in encoded]
-        return rows, [len(ids) for ids in encoded]
+        return self._encoded_padded(encoded, max_length)

@@ -265,7 +265,12 @@ class Tokenizer:
         Returns ``(rows, lengths)``: every row has the same length, padded on the left with
         ``pad_id``; prompts longer than ``max_length`` keep their last ``max_length`` tokens.
         """
-        encoded = [self.encode(t, add_bos=add_bos) for t in texts]
+        return self._encoded_padded([self.encode(t, add_bos=add_bos) for t in texts], max_length)
+
+    def _encoded_padded(
+        self, encoded: list[list[int]], max_length: int | None
+    ) -> tuple[list[list[int]], list[int]]:
+        """Encoded rows cut to their last ``max_length`` ids and left-padded to one width."""
         if max_length is not None:
             encoded = [ids[-max_length:] for ids in encoded]
         width = max((len(ids) for ids in encoded), default=0)

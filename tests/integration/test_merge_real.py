@@ -66,7 +66,8 @@ def test_two_services_merge_into_one_recording_with_every_process(tmp_path) -> N
     for q in [procs[textgen.pid], *workers]:  # each service's model work shows, per process
         stages = {s["name"]: s["samples"] for s in q["stages"]}
         assert stages.get("forward", 0) > 0, q
-    merged = {s["name"]: s["samples"] for s in rep["stages"]}  # ... and merged above them
+    # ... and merged above them (the processes' stages count CPU samples)
+    merged = {s["name"]: s["cpu_samples"] for s in rep["stages"]}
     assert merged["forward"] == sum(
         s["samples"] for q in rep["processes"] for s in q["stages"] if s["name"] == "forward"
     )
