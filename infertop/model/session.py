@@ -362,8 +362,6 @@ class Session:
 
     def _fold_by_pid(self, ws: WindowSummary, owner: dict[int, int], target: int) -> None:
         """The window as each process's view (``ProcessFilter``) sees it, folded per process."""
-        for pid in self.processes:
-            self.folded_by_pid.setdefault(pid, WindowTotals())
         for pid, mine in split_by_pid(ws, owner, target, self.processes).items():
             self.folded_by_pid.setdefault(pid, WindowTotals()).add(mine)
 
