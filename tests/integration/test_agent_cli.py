@@ -77,8 +77,11 @@ def test_injected_agent_brings_torch_ops_and_leaves_nothing(tmp_path, sample: st
         _, err = stop_target(target)
         stop_target(twin)
     assert err == "", f"the target's stderr got: {err[:500]}"
-    # back to full speed: its speed-up or slow-down over the session matches the twin's
-    assert after / before >= 0.85 * (twin_after / twin_before), (before, after, twin_before, twin_after)
+    # back to full speed: not slower than before, unless the twin (never attached) slowed down
+    # as much. A twin that sped up proves nothing about the target (measured on a fresh-clone CI
+    # run: twin 401 -> 667 req/s, the target 640 -> 657: the twin had been starved beside it)
+    machine = min(1.0, twin_after / twin_before)
+    assert after / before >= 0.85 * machine, (before, after, twin_before, twin_after)
     rep = report_json(out)
     aten = [o for o in rep["ops"] if o["name"].startswith("aten::")]
     assert aten, (rep["ops"][:5], agent_statuses(out))
