@@ -134,9 +134,6 @@ class WallAttribution:
                 out[tid] = mine
         return out
 
-    def pipeline_threads(self) -> list[int]:
-        return [tid for tid, th in self._threads.items() if th.is_pipeline()]
-
 
 def _with_idle(
     active: dict[str, int], ticks: int, per_tick: float, idle_rates: dict[str, float]
