@@ -213,8 +213,7 @@ def build_snapshot(
     wall_measured = any(w.wall for w in windows) or folded.wall_windows > 0
     sampled = folded.sampled_s + sum(w.window.t_end - w.window.t_start for w in windows)
     wall_s = folded.wall_sampled_s + sum(w.window.t_end - w.window.t_start for w in walled)
-    cpu_s = sampled - sum(w.window.t_end - w.window.t_start for w in windows if w.wall)
-    cpu_s -= folded.sampled_s - folded.cpu_sampled_s
+    cpu_s = folded.cpu_sampled_s + sum(w.window.t_end - w.window.t_start for w in cpu_windows)
     cpu_totals = stage_shares(
         _sum_stage_counts(cpu_windows, folded.stage_counts), _view_rate(rate, cpu_s, sampled),
         span_list, duration, latencies=latencies,
