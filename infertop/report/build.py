@@ -26,8 +26,8 @@ def build_report(
     idle = None
     wall = snap.wall_totals or snap.totals
     cpu = {st.name: st for st in snap.cpu_totals or snap.totals}
-    names = [st.name for st in wall] + [n for n in cpu if n not in {st.name for st in wall}]
     by_name = {st.name: st for st in wall}
+    names = list(by_name) + [n for n in cpu if n not in by_name]
     for name in names:
         st = by_name.get(name)
         if name == IDLE:
