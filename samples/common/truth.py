@@ -88,8 +88,11 @@ class StageClock:
             fh.write(text)
         os.replace(tmp, path)
 
-    def start_flusher(self, path: str, interval: float = 0.5) -> None:
-        """Rewrite ``path`` every ``interval`` seconds from a daemon thread."""
+    def start_flusher(self, path: str, interval: float | None = None) -> None:
+        """Rewrite ``path`` every ``interval`` seconds from a daemon thread (default 0.5 s, or
+        ``$SAMPLES_TRUTH_INTERVAL_S``: a test that needs the truth of each second sets 0.05)."""
+        if interval is None:
+            interval = float(os.environ.get("SAMPLES_TRUTH_INTERVAL_S", "0.5"))
 
         def run() -> None:
             while not self._halt.wait(interval):
