@@ -468,10 +468,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     prefetch = None
     if args.file.endswith((".json", ".json.gz")) and os.path.isfile(args.file):
-        from infertop.collect.trace_file import Prefetch
+        from infertop.trace.files import Prefetch
 
         prefetch = Prefetch(args.file)  # read + gunzip on another core while modules import
-    from infertop.report.trace import is_trace_path
+    from infertop.trace.files import is_trace_path
 
     if is_trace_path(args.file):
         from infertop.report.trace import build_ranks_report, build_trace_report, render_trace_text

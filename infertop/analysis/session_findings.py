@@ -10,12 +10,12 @@ from __future__ import annotations
 import numpy as np
 
 from infertop.analysis.findings import FindingInput, MemoryState
-from infertop.analysis.gpu import GpuSummary
 from infertop.analysis.gpu_series import NvmlBusy, memory_summary, nvml_busy
-from infertop.analysis.gpu import MemcpyRow as TraceMemcpyRow
 from infertop.analysis.snapshot import Snapshot
 from infertop.analysis.stages import IDLE
 from infertop.analysis.trace_ops import OpRow, OutsideOps
+from infertop.trace.gpu import GpuSummary
+from infertop.trace.gpu import MemcpyRow as TraceMemcpyRow
 
 
 def _merged_ops(snap: Snapshot) -> tuple[OpRow, ...]:

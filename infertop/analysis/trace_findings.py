@@ -7,9 +7,9 @@ from collections import Counter
 import numpy as np
 
 from infertop.analysis.findings import FindingInput
-from infertop.analysis.gpu import SYNC_RUNTIME, GpuSummary, memcpy_kind, summarize_gpu
 from infertop.analysis.trace_ops import enclosing_ops, op_table, time_outside_ops
-from infertop.collect.kineto import CAT, KinetoTrace, distinct
+from infertop.trace.gpu import SYNC_RUNTIME, GpuSummary, memcpy_kind, summarize_gpu
+from infertop.trace.table import CAT, KinetoTrace, distinct
 
 
 def _launching_ops(trace: KinetoTrace, gpu_mask: np.ndarray) -> list[str]:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from infertop.collect.kineto import CAT, KinetoTrace
+from infertop.trace.table import CAT, KinetoTrace
 
 STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 #: with no ProfilerStep marks, top-level ops less than this apart are one stretch of model

@@ -49,7 +49,7 @@ class Profile:
 
 
 def load_profile(path: str, config: Config | None = None) -> Profile:
-    from infertop.report.trace import is_trace_path
+    from infertop.trace.files import is_trace_path
 
     cfg = config or Config()
     if is_trace_path(path):
@@ -111,11 +111,11 @@ def _from_trace(path: str, cfg: Config) -> Profile:
     import os
 
     from infertop.analysis.findings import evaluate
-    from infertop.analysis.gpu import summarize_gpu
     from infertop.analysis.trace_findings import trace_input
     from infertop.analysis.trace_ops import op_table
-    from infertop.collect.kineto import CAT, GPU_CATS, read_trace
     from infertop.errors import UsageError
+    from infertop.trace.gpu import summarize_gpu
+    from infertop.trace.table import CAT, GPU_CATS, read_trace
 
     if os.path.isdir(path):
         raise UsageError(

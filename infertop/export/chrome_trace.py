@@ -18,14 +18,14 @@ import numpy as np
 
 from infertop import __version__
 from infertop.analysis.findings import evaluate
-from infertop.analysis.gpu import summarize_gpu
 from infertop.analysis.trace_findings import trace_input
-from infertop.collect.kineto import CAT, CATEGORIES, GPU_CATS, KinetoTrace
 from infertop.config import FindingThresholds
 from infertop.export.chrome_counters import finding_event
 from infertop.export.jsonout import TraceEventWriter
 from infertop.export.lanes import StartOrderedLanes
 from infertop.export.prelude import ExportResult, read_trace_to_export
+from infertop.trace.gpu import summarize_gpu
+from infertop.trace.table import CAT, CATEGORIES, GPU_CATS, KinetoTrace
 
 LANE_TID = 0x7F000000  # lanes beyond the first get synthetic tids from here, per process
 LAUNCH = (CAT["cuda_runtime"], CAT["cuda_driver"])

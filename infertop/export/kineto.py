@@ -20,12 +20,12 @@ from collections import Counter
 from typing import Any
 
 from infertop import __version__
-from infertop.analysis.gpu import memcpy_kind
 from infertop.export.jsonout import JsonStream
 from infertop.export.oplayout import SELF_GAP_NS, _Node, _size, _tree, is_copy
 from infertop.export.prelude import ExportResult, scan_recording
 from infertop.model.events import OpWindow
 from infertop.record.stream import RecordingStream
+from infertop.trace.gpu import memcpy_kind
 
 DEVICE, STREAM = 0, 7
 LAUNCH_US = 5.0  # the synthetic cudaLaunchKernel's duration (within the op's own time)

@@ -20,7 +20,7 @@ from infertop.record.stream import RecordingStream
 from infertop.sources import event_time
 
 if TYPE_CHECKING:
-    from infertop.collect.kineto import KinetoTrace
+    from infertop.trace.table import KinetoTrace
 
 #: µs: more than a torch.profiler trace ever spans (its times as int64 ns would overflow)
 MAX_TRACE_SPAN_US = 1e12
@@ -67,7 +67,7 @@ def scan_recording(
 def read_trace_to_export(path: str) -> KinetoTrace:
     """A torch.profiler trace whose times fit an export; a span of weeks is refused (exit 5),
     as ``infertop import`` does."""
-    from infertop.collect.kineto import read_trace
+    from infertop.trace.table import read_trace
 
     trace = read_trace(path)
     if len(trace):  # Python floats: an absurd span is inf here, not a numpy overflow warning

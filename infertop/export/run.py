@@ -8,7 +8,7 @@ import os
 from infertop.config import Config
 from infertop.errors import UsageError
 from infertop.export.prelude import ExportResult
-from infertop.report.trace import is_trace_path
+from infertop.trace.files import is_trace_path
 
 FORMATS = ("chrome", "speedscope", "kineto")
 

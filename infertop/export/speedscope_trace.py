@@ -9,10 +9,10 @@ import os
 import numpy as np
 
 from infertop import __version__
-from infertop.collect.kineto import CAT
 from infertop.export.jsonout import JsonStream
 from infertop.export.lanes import StartOrderedLanes
 from infertop.export.prelude import ExportResult, read_trace_to_export
+from infertop.trace.table import CAT
 
 SCHEMA = "https://www.speedscope.app/file-format-schema.json"
 CPU = (CAT["cpu_op"], CAT["user_annotation"])

@@ -21,11 +21,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from infertop.analysis.trace_ops import cpu_nesting, steps, stretches
-from infertop.collect.kineto import CAT, CATEGORIES, GPU_CATS, KinetoTrace, distinct, read_trace
 from infertop.errors import BadInputFile, UsageError
 from infertop.model.events import CollectorStatus, Event, Marker, OpWindow, StageRules, TargetInfo
 from infertop.record.format import decode_op_window
 from infertop.record.writer import RecordingWriter
+from infertop.trace.files import trace_files
+from infertop.trace.table import CAT, CATEGORIES, GPU_CATS, KinetoTrace, distinct, read_trace
 
 SLICE_S = 0.25  # longest window (the agent's default window length)
 MAX_WINDOWS = 2000  # a long sparse trace gets longer slices instead of more windows
@@ -60,23 +61,6 @@ class ImportResult:
     ranks: tuple[RankInfo, ...] = ()  # a directory of traces: one process per rank
 
 
-def _natural(path: str) -> list[object]:
-    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", os.path.basename(path))]
-
-
-def trace_paths(path: str) -> list[str]:
-    """``path`` itself, or the traces of a directory (one per rank) in natural order."""
-    if not os.path.isdir(path):
-        return [path]
-    files = sorted(
-        (os.path.join(path, f) for f in os.listdir(path) if f.endswith((".json", ".json.gz"))),
-        key=_natural,
-    )
-    if not files:
-        raise BadInputFile(f"{path} holds no .json or .json.gz traces")
-    return files
-
-
 def _same(a: str, b: str) -> bool:
     try:
         return os.path.samefile(a, b)
@@ -87,7 +71,7 @@ def _same(a: str, b: str) -> bool:
 def import_trace(path: str, output: str, progress: Progress | None = None) -> ImportResult:
     """One trace, or a directory with one trace per rank (each rank one process)."""
     say = progress or (lambda _text: None)
-    files = trace_paths(path)
+    files = trace_files(path)
     if any(_same(f, output) for f in files):
         raise UsageError("the output would overwrite the trace", "give another -o FILE")
     if len(files) > 1:

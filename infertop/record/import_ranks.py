@@ -35,8 +35,8 @@ from infertop.record.remap import IdRemap
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from infertop.collect.kineto import KinetoTrace
     from infertop.record.import_kineto import ImportResult, Progress, RankInfo
+    from infertop.trace.table import KinetoTrace
 
 CLOCK_NOTE = (
     "ranks on one host share its clock and line up exactly; ranks on different hosts line up "
@@ -78,8 +78,8 @@ def rank_events(
     """Every trace of ``files`` read (one in memory at a time) and made a process.
     ``each(file, trace)``: called with every trace that reads, before it is reduced (the
     report's per-rank trace report reads it there, so that no trace is read twice)."""
-    from infertop.collect.kineto import read_trace
     from infertop.record.import_kineto import RankInfo, read_windows
+    from infertop.trace.table import read_trace
 
     pids, tids = IdRemap(), IdRemap()
     read: list[tuple[str, _Rank, list[OpWindow]]] = []

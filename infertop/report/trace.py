@@ -13,29 +13,14 @@ import os
 from typing import Any
 
 from infertop.analysis.findings import evaluate
-from infertop.analysis.gpu import summarize_gpu
 from infertop.analysis.trace_findings import trace_input
-from infertop.collect.kineto import KinetoTrace, read_trace
 from infertop.config import Config, FindingThresholds
-from infertop.errors import BadInputFile
+from infertop.trace.files import trace_files
+from infertop.trace.gpu import summarize_gpu
+from infertop.trace.table import KinetoTrace, read_trace
 
 TOP_OPS = 50
 REPORT_VERSION = 1  # the same schema as report/build.py
-
-
-def is_trace_path(path: str) -> bool:
-    return path.endswith((".json", ".json.gz")) or os.path.isdir(path)
-
-
-def trace_files(path: str) -> list[str]:
-    if not os.path.isdir(path):
-        return [path]
-    files = sorted(
-        os.path.join(path, f) for f in os.listdir(path) if f.endswith((".json", ".json.gz"))
-    )
-    if not files:
-        raise BadInputFile(f"{path} holds no .json or .json.gz traces")
-    return files
 
 
 def _one(
@@ -83,7 +68,7 @@ def _one(
 def build_trace_report(
     path: str, thresholds: FindingThresholds | None = None, data: bytes | None = None
 ) -> dict[str, Any]:
-    """``data``: the bytes of a single trace file, already read (see ``trace_file.Prefetch``)."""
+    """``data``: the bytes of a single trace file, already read (see ``trace.files.Prefetch``)."""
     th = thresholds or FindingThresholds()
     files = trace_files(path)
     if not os.path.isdir(path):
@@ -104,7 +89,6 @@ def build_ranks_report(path: str, config: Config | None = None) -> dict[str, Any
     definitions; each trace's columns are dropped before the next is read."""
     from infertop.analysis.snapshot import build_snapshot
     from infertop.record.format import MAJOR, MINOR
-    from infertop.record.import_kineto import trace_paths
     from infertop.record.import_ranks import rank_events
     from infertop.record.reader import Recording
     from infertop.report.build import build_report
@@ -113,7 +97,7 @@ def build_ranks_report(path: str, config: Config | None = None) -> dict[str, Any
 
     if not os.path.isdir(path):
         return None
-    files = trace_paths(path)
+    files = trace_files(path)
     if len(files) < 2:
         return None
     cfg = config or Config()

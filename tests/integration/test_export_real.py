@@ -10,8 +10,9 @@ import jsonschema
 import pytest
 from support.chrome_trace import load, validate
 
-from .helpers import ROOT, infertop, read_truth, start_target, stop_target
 from tests.support import data
+
+from .helpers import ROOT, infertop, read_truth, start_target, stop_target
 
 pytestmark = pytest.mark.slow
 SCHEMA = json.loads((ROOT / "tests/fixtures/export/speedscope-schema.json").read_text())
@@ -75,9 +76,9 @@ def test_holistic_trace_analysis_loads_the_kineto_export(tmp_path) -> None:
     """Where Holistic Trace Analysis is installed: it reads the export and finds the same
     device time by kind as the recording holds (an imported real A100 trace)."""
     hta = pytest.importorskip("hta.trace_analysis")
-    from infertop.analysis.gpu import summarize_gpu
-    from infertop.collect.kineto import read_trace
     from infertop.record.import_kineto import import_trace
+    from infertop.trace.gpu import summarize_gpu
+    from infertop.trace.table import read_trace
 
     trace = data.trace("a100_alexnet_pageable_memcpy.json.gz")
     rec = str(tmp_path / "alexnet.infertop")

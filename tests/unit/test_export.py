@@ -22,9 +22,9 @@ from support.recordings import (
 )
 
 from infertop.cli import main
-from infertop.collect.kineto import CAT, read_trace
 from infertop.export.run import export
 from infertop.record.writer import RecordingWriter
+from infertop.trace.table import CAT, read_trace
 from tests.support import data
 
 TRACES = data.TRACES
@@ -357,7 +357,7 @@ def test_memory_does_not_grow_with_the_number_of_events(fmt: str, name: str, tmp
 
 
 def _kernel_time(path: str) -> dict[str, float]:
-    from infertop.analysis.gpu import summarize_gpu
+    from infertop.trace.gpu import summarize_gpu
 
     return summarize_gpu(read_trace(path)).kernel_time_us
 

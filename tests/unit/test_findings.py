@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from infertop.analysis.findings import RULES, FindingInput, MemoryState, evaluate
-from infertop.analysis.gpu import GpuSummary, MemcpyRow
 from infertop.analysis.trace_findings import trace_input
 from infertop.analysis.trace_ops import OpRow, OutsideOps
-from infertop.collect.kineto import read_trace
 from infertop.config import FindingThresholds
+from infertop.trace.gpu import GpuSummary, MemcpyRow
+from infertop.trace.table import read_trace
 from tests.support import data
 
 TRACES = data.TRACES
@@ -132,7 +132,7 @@ def test_tiny_ops_on_gpu(busy: float, expected: bool) -> None:
 
 
 def test_gpu_idle_busy_and_gaps() -> None:
-    from infertop.analysis.gpu import Gap
+    from infertop.trace.gpu import Gap
 
     assert not fires("gpu-idle", FindingInput(gpu=gpu(busy=0.5)))
     assert fires("gpu-idle", FindingInput(gpu=gpu(busy=0.49)))

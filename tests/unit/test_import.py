@@ -14,11 +14,11 @@ import pytest
 
 from infertop.analysis.snapshot import build_snapshot
 from infertop.analysis.trace_ops import op_table
-from infertop.collect.kineto import read_trace
 from infertop.config import Config
 from infertop.model.events import OpWindow, ProcessDef
 from infertop.record.reader import read_recording
 from infertop.sources import ReplaySource
+from infertop.trace.table import read_trace
 from tests.support import data
 
 INFERTOP = [sys.executable, "-m", "infertop"]

@@ -9,9 +9,9 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from infertop.analysis.gpu import memcpy_kind, summarize_gpu
-from infertop.collect.kineto import parse_trace, read_trace
 from infertop.errors import BadInputFile
+from infertop.trace.gpu import memcpy_kind, summarize_gpu
+from infertop.trace.table import parse_trace, read_trace
 from tests.support import data
 
 TRACES = data.TRACES

@@ -1,7 +1,7 @@
 """Reading torch.profiler (Kineto) traces into one columnar table, fast.
 
 A trace is parsed once into ``KinetoTrace``: numpy columns over its complete (``ph: X``) events
-with a name table, plus the trace's metadata. Analyses (``analysis/gpu.py``) are functions over
+with a name table, plus the trace's metadata. Analyses (``trace/gpu.py``) are functions over
 it. No per-event Python objects survive parsing. Malformed input is ``BadInputFile`` (exit 5).
 """
 
@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from infertop.collect.trace_file import trace_bytes
 from infertop.errors import BadInputFile
+from infertop.trace.files import trace_bytes
 
 try:  # typed decoding that skips what we do not need: ~3x faster than json.loads
     import msgspec
@@ -83,7 +83,7 @@ def distinct(a: np.ndarray) -> np.ndarray:
 
 def read_trace(path: str, data: bytes | None = None) -> KinetoTrace:
     """Parse a ``.json`` or ``.json.gz`` Kineto trace (``data``: its bytes, already read and
-    gunzipped, e.g. by ``trace_file.Prefetch``)."""
+    gunzipped, e.g. by ``trace.files.Prefetch``)."""
     raw = trace_bytes(path) if data is None else data
     fast = _decode_fast(raw)
     if fast is not None:

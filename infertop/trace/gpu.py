@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from infertop.collect.kineto import CAT, GPU_CATS, KinetoTrace, distinct
+from infertop.trace.table import CAT, GPU_CATS, KinetoTrace, distinct
 
 _MEMCPY_RE = re.compile(r"Memcpy (HtoD|DtoH|DtoD|HtoH|PtoP)\s*(?:\((\w+)\s*->\s*(\w+)\))?")
 SYNC_RUNTIME = (

@@ -1,4 +1,5 @@
-"""A trace file's bytes, read and gunzipped, optionally on a thread of their own.
+"""Which paths are traces, and a trace file's bytes, read and gunzipped, optionally on a thread
+of their own.
 
 Reading a file and inflating gzip both release the GIL, so ``Prefetch`` does them on a second
 core while the caller imports the analysis modules (numpy and the rest: about as long as
@@ -8,10 +9,37 @@ the gunzip of a 25 MB trace). This module imports nothing heavy on purpose.
 from __future__ import annotations
 
 import gzip
+import os
+import re
 import threading
 import zlib
 
 from infertop.errors import BadInputFile
+
+TRACE_SUFFIXES = (".json", ".json.gz")
+
+
+def is_trace_path(path: str) -> bool:
+    """A torch.profiler trace file, or a directory of them (one per rank), by its name."""
+    return path.endswith(TRACE_SUFFIXES) or os.path.isdir(path)
+
+
+def _natural(path: str) -> list[object]:
+    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", os.path.basename(path))]
+
+
+def trace_files(path: str) -> list[str]:
+    """``path`` itself, or the traces of a directory (one per rank) in natural order (rank2
+    before rank10); BadInputFile for a directory without any."""
+    if not os.path.isdir(path):
+        return [path]
+    files = sorted(
+        (os.path.join(path, f) for f in os.listdir(path) if f.endswith(TRACE_SUFFIXES)),
+        key=_natural,
+    )
+    if not files:
+        raise BadInputFile(f"{path} holds no .json or .json.gz traces")
+    return files
 
 
 def trace_bytes(path: str) -> bytes:
