@@ -508,7 +508,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from infertop.record.import_kineto import import_trace
+    from infertop.record.importer import import_trace
 
     tty = sys.stderr.isatty()
 

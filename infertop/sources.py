@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
+from infertop.analysis.session import Session
 from infertop.analysis.stages import StageClassifier
 from infertop.collect.base import Collector
 from infertop.collect.nvml import probe_nvml
@@ -31,7 +32,6 @@ from infertop.model.events import (
     ThreadDef,
 )
 from infertop.model.gpu import GpuReading
-from infertop.model.session import Session
 from infertop.record.clock import started_marker
 from infertop.record.reader import Recording
 from infertop.record.writer import RecordingWriter

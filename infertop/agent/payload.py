@@ -40,10 +40,10 @@ if "send_msg" not in globals():  # imported as a module, not exec'd after protoc
         encode_msg,
         ensure_socket_dir,
         is_stale_socket,
-        sweep_stale_sockets,
-        peer_uid,
         peer_allowed,
+        peer_uid,
         socket_path,
+        sweep_stale_sockets,
     )
 
 AGENT_NAME = "infertop-agent/1"

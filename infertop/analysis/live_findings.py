@@ -12,11 +12,11 @@ from dataclasses import replace
 
 from infertop.analysis.findings import SEVERITY_ORDER, Finding, evaluate
 from infertop.analysis.processes import roles
+from infertop.analysis.session import Session
 from infertop.analysis.session_findings import snapshot_input
 from infertop.analysis.snapshot import Snapshot
 from infertop.analysis.stragglers import comparison, straggler_findings
 from infertop.config import FindingThresholds
-from infertop.model.session import Session
 
 
 def with_findings(

@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from statistics import median
 
+from infertop.analysis.session import Session
 from infertop.analysis.stragglers import window_steps
-from infertop.model.session import Session
 
 
 @dataclass

@@ -8,8 +8,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from infertop.model.session import Session
-from infertop.record.merge import MERGED_INPUT
+from infertop.analysis.session import Session
+from infertop.model.events import MERGED_INPUT
 
 RANK_RE = re.compile(r"^rank (\d+) \(")
 
@@ -43,11 +43,23 @@ def rank_of(cmdline: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def role_of(pid: int, target_pid: int | None, cmdline: str, worker_no: int) -> str:
+    """A guess from the tree and the command line; the target is the router."""
+    if pid == target_pid:
+        return "router"
+    if "multiprocessing.resource_tracker" in cmdline:
+        return "resource tracker"
+    if "multiprocessing.forkserver" in cmdline:
+        return "forkserver"
+    program = cmdline.split(" ", 1)[0].rsplit("/", 1)[-1]
+    if program and "python" not in program:  # not a Python worker: say what it runs
+        return f"child ({program[:24]})"
+    return f"worker {worker_no}"
+
+
 def process_roles(session: Session) -> dict[int, str]:
     """pid -> role for ranks and merged recordings' processes; empty when neither applies
-    (``processes.role_of`` names a ``--children`` tree)."""
-    from infertop.analysis.processes import role_of
-
+    (``role_of`` names a ``--children`` tree)."""
     out: dict[int, str] = {}
     for pid, proc in session.processes.items():
         rank = rank_of(proc.cmdline)

@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from infertop.analysis.processes import exit_times, gpu_memory_by_pid
+from infertop.analysis.session import Session
 from infertop.analysis.stages import IDLE
-from infertop.model.session import Session
 
 
 @dataclass(frozen=True, slots=True)

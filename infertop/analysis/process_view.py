@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from infertop.analysis.ops import OpTotals
 from infertop.analysis.processes import roles
+from infertop.analysis.session import Session, WindowSummary, split_by_pid
 from infertop.model.events import AllocatorReading
-from infertop.model.session import Session, WindowSummary, split_by_pid
 
 
 def process_labels(session: Session) -> tuple[tuple[int, str], ...]:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from infertop.analysis.process_roles import process_roles
+from infertop.analysis.process_roles import process_roles, role_of
+from infertop.analysis.session import Session
 from infertop.analysis.stages import IDLE
-from infertop.model.session import Session
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,20 +20,6 @@ class ProcessShare:
     stages: tuple[tuple[str, int], ...]  # (stage, samples), most first
     exited_t: float | None  # unix time infertop noticed it was gone
     gpu_memory: int | None = None  # bytes on every GPU in NVML's newest reading; None: no NVML
-
-
-def role_of(pid: int, target_pid: int | None, cmdline: str, worker_no: int) -> str:
-    """A guess from the tree and the command line; the target is the router."""
-    if pid == target_pid:
-        return "router"
-    if "multiprocessing.resource_tracker" in cmdline:
-        return "resource tracker"
-    if "multiprocessing.forkserver" in cmdline:
-        return "forkserver"
-    program = cmdline.split(" ", 1)[0].rsplit("/", 1)[-1]
-    if program and "python" not in program:  # not a Python worker: say what it runs
-        return f"child ({program[:24]})"
-    return f"worker {worker_no}"
 
 
 def roles(session: Session) -> dict[int, str]:

@@ -25,6 +25,7 @@ from infertop.analysis.process_view import (
     process_op_totals,
 )
 from infertop.analysis.processes import exit_times
+from infertop.analysis.session import Session, WindowSummary, WindowTotals
 from infertop.analysis.shares import StageShare, stage_shares
 from infertop.analysis.stages import IDLE
 from infertop.model.events import (
@@ -34,7 +35,6 @@ from infertop.model.events import (
     TargetExited,
     TargetInfo,
 )
-from infertop.model.session import Session, WindowSummary, WindowTotals
 
 if TYPE_CHECKING:
     from infertop.analysis.findings import Finding

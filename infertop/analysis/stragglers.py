@@ -25,8 +25,8 @@ from infertop.config import FindingThresholds
 
 if TYPE_CHECKING:
     from infertop.analysis.findings import Finding
+    from infertop.analysis.session import Session
     from infertop.model.events import OpWindow
-    from infertop.model.session import Session
 
 STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 FILLED = 0.8  # a window is "one step" when that step covers this much of it

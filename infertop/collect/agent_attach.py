@@ -13,8 +13,8 @@ import queue
 import threading
 import time
 
-from infertop.collect.base import drain
 from infertop.collect.agent_client import AgentCollector, AgentConfig
+from infertop.collect.base import drain
 from infertop.model.events import CollectorStatus, Event, TargetInfo
 
 

@@ -34,8 +34,8 @@ import threading
 import time
 from dataclasses import dataclass
 
-from infertop.collect.target import classify_pyspy_failure, find_pyspy, pid_alive
 from infertop.collect.base import drain
+from infertop.collect.target import classify_pyspy_failure, find_pyspy, pid_alive
 from infertop.collect.thread_cpu import clamp_to_cpu, thread_cpu_ns
 from infertop.collect.tree import (
     descendants,

@@ -10,12 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from infertop.analysis.findings import Finding, evaluate
+from infertop.analysis.session import Session
 from infertop.analysis.session_findings import snapshot_input
 from infertop.analysis.snapshot import build_snapshot
 from infertop.analysis.stages import StageClassifier
 from infertop.config import FindingThresholds
 from infertop.model.events import Event, StageRules, TargetInfo, ThreadDef
-from infertop.model.session import Session
 from infertop.model.symbols import SymbolTable
 from infertop.sources import event_time
 

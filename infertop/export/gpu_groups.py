@@ -18,9 +18,8 @@ from __future__ import annotations
 
 import os
 
-from infertop.model.events import Event, Marker, ProcessDef
+from infertop.model.events import MERGED_INPUT, Event, Marker, ProcessDef
 from infertop.model.gpu import GpuReading
-from infertop.record.merge import MERGED_INPUT
 
 
 class GpuGroups:

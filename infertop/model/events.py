@@ -133,6 +133,12 @@ class Marker:
     extra: dict[str, str] = field(default_factory=dict)
 
 
+#: a merged recording's ``Marker`` texts: one ``MERGED_INPUT`` per input (its host, pids), and
+#: ``MERGED`` once at the head (record/merge.py writes them; process roles and GPU groups read)
+MERGED_INPUT = "merged input"
+MERGED = "recordings merged"
+
+
 @dataclass(frozen=True, slots=True)
 class StageRules:
     """The user's stage rules at record time, so a recording reads the way it was seen."""

@@ -22,10 +22,9 @@ import numpy as np
 
 from infertop.analysis.trace_ops import cpu_nesting, steps, stretches
 from infertop.errors import BadInputFile, UsageError
-from infertop.model.events import CollectorStatus, Event, Marker, OpWindow, StageRules, TargetInfo
+from infertop.model.events import Event, OpWindow
 from infertop.record.format import decode_op_window
 from infertop.record.writer import RecordingWriter
-from infertop.trace.files import trace_files
 from infertop.trace.table import CAT, CATEGORIES, GPU_CATS, KinetoTrace, distinct, read_trace
 
 SLICE_S = 0.25  # longest window (the agent's default window length)
@@ -59,37 +58,6 @@ class ImportResult:
     seconds: float  # the trace's span
     note: str | None = None  # what was chosen or left out of a directory of traces
     ranks: tuple[RankInfo, ...] = ()  # a directory of traces: one process per rank
-
-
-def _same(a: str, b: str) -> bool:
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return os.path.abspath(a) == os.path.abspath(b)
-
-
-def import_trace(path: str, output: str, progress: Progress | None = None) -> ImportResult:
-    """One trace, or a directory with one trace per rank (each rank one process)."""
-    say = progress or (lambda _text: None)
-    files = trace_files(path)
-    if any(_same(f, output) for f in files):
-        raise UsageError("the output would overwrite the trace", "give another -o FILE")
-    if len(files) > 1:
-        from infertop.record.import_ranks import import_ranks
-
-        return import_ranks(path, files, output, say)
-    source = files[0]
-    plan, windows = read_windows(source, say)
-    t0 = windows[0].t_start
-    prelude: list[Event] = [
-        TargetInfo(pid=plan.pid, started=t0),
-        StageRules(()),
-        CollectorStatus(t0, "py-spy", "unavailable", "imported torch.profiler trace: no Python samples"),
-        CollectorStatus(t0, "agent", "stopped", f"imported from {os.path.basename(source)}"),
-        Marker(t0, "imported torch.profiler trace", {"trace": os.path.abspath(source)}),
-    ]
-    write_recording(output, prelude, windows)
-    return ImportResult(source, output, len(windows), plan.n, plan.t1 - plan.t0)
 
 
 def read_windows(

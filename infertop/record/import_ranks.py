@@ -30,13 +30,18 @@ from infertop.model.events import (
     TargetInfo,
     ThreadDef,
 )
+from infertop.record.import_kineto import (
+    ImportResult,
+    Progress,
+    RankInfo,
+    read_windows,
+    write_recording,
+)
 from infertop.record.remap import IdRemap
+from infertop.trace.table import KinetoTrace, read_trace
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-
-    from infertop.record.import_kineto import ImportResult, Progress, RankInfo
-    from infertop.trace.table import KinetoTrace
 
 CLOCK_NOTE = (
     "ranks on one host share its clock and line up exactly; ranks on different hosts line up "
@@ -78,9 +83,6 @@ def rank_events(
     """Every trace of ``files`` read (one in memory at a time) and made a process.
     ``each(file, trace)``: called with every trace that reads, before it is reduced (the
     report's per-rank trace report reads it there, so that no trace is read twice)."""
-    from infertop.record.import_kineto import RankInfo, read_windows
-    from infertop.trace.table import read_trace
-
     pids, tids = IdRemap(), IdRemap()
     read: list[tuple[str, _Rank, list[OpWindow]]] = []
     skipped: list[str] = []
@@ -144,8 +146,6 @@ def rank_events(
 
 
 def import_ranks(path: str, files: list[str], output: str, say: Progress) -> ImportResult:
-    from infertop.record.import_kineto import ImportResult, write_recording
-
     r = rank_events(path, files, say)
     write_recording(output, r.prelude, r.windows)
     return ImportResult(path, output, len(r.windows), r.events, r.seconds, "\n".join(r.notes), r.ranks)

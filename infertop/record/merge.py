@@ -25,6 +25,8 @@ from dataclasses import dataclass, replace
 
 from infertop.errors import BadInputFile, UsageError
 from infertop.model.events import (
+    MERGED,
+    MERGED_INPUT,
     AllocatorReading,
     CollectorStatus,
     Event,
@@ -48,8 +50,6 @@ from infertop.record.reader import read_recording
 from infertop.record.remap import IdRemap
 from infertop.record.writer import RecordingWriter
 
-MERGED_INPUT = "merged input"  # read by analysis/process_roles.py and export/gpu_groups.py
-MERGED = "recordings merged"
 BATCH = 2000  # events per record
 
 

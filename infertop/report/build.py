@@ -8,8 +8,8 @@ from infertop.analysis.findings import evaluate
 from infertop.analysis.gpu_series import memory_summary, utilization_summary
 from infertop.analysis.session_findings import snapshot_input
 from infertop.analysis.snapshot import Snapshot
-from infertop.config import FindingThresholds
 from infertop.analysis.stages import IDLE
+from infertop.config import FindingThresholds
 
 REPORT_VERSION = 2  # 2: stages[].share is the wall share, cpu_share version 1's share
 TOP_OPS = 50

@@ -11,9 +11,9 @@ from infertop.analysis.findings import SEVERITY_ORDER
 from infertop.analysis.process_ops import process_ops
 from infertop.analysis.process_roles import host_of, rank_of
 from infertop.analysis.processes import process_shares
+from infertop.analysis.session import Session
 from infertop.analysis.stragglers import comparison, straggler_findings
 from infertop.config import FindingThresholds
-from infertop.model.session import Session
 
 
 def add_processes(

@@ -11,8 +11,17 @@ import time
 from pathlib import Path
 
 import pytest
+from agenthelpers import (
+    ROOT,
+    TARGETS,
+    VENV_PY,
+    Client,
+    clean_env,
+    pyenv_python,
+    threads,
+    wait_until,
+)
 
-from agenthelpers import ROOT, TARGETS, VENV_PY, Client, clean_env, pyenv_python, threads, wait_until
 from infertop.agent import protocol as P
 from infertop.agent.inject import inject
 from infertop.agent.payload import payload_source

@@ -7,8 +7,8 @@ from __future__ import annotations
 import time
 
 import pytest
-
 from agenthelpers import wait_until
+
 from infertop.collect.agent_client import AgentConfig
 from infertop.collect.child_agents import ChildAgents
 from infertop.model.events import CollectorStatus, OpWindow

@@ -14,8 +14,8 @@ import threading
 import time
 
 import pytest
-
 from agenthelpers import Client, clean_env, threads, wait_until
+
 from infertop.agent import protocol as P
 from infertop.agent.inject import inject
 

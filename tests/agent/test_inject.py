@@ -8,7 +8,6 @@ import subprocess
 import time
 
 import pytest
-
 from agenthelpers import (
     ROOT,
     SITE_PACKAGES,
@@ -24,6 +23,7 @@ from agenthelpers import (
     threads,
     wait_until,
 )
+
 from infertop.agent import protocol as P
 from infertop.agent.inject import inject
 

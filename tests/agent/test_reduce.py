@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from infertop.agent import payload as PL
-
 from tests.support.data import trace
 
 KINDS = PL.CPU_KINDS | PL.GPU_KINDS | PL.RUNTIME_KINDS | {"cuda_sync"}

@@ -14,8 +14,8 @@ import subprocess
 import tempfile
 
 import pytest
-
 from agenthelpers import ROOT, VENV_PY, Client, clean_env, wait_until
+
 from infertop.agent import protocol as P
 from infertop.agent.inject import inject
 

@@ -10,8 +10,8 @@ import os
 import time
 
 import pytest
-
 from agenthelpers import fds, rss_kb, sockets, threads, wait_until
+
 from infertop.agent import protocol as P
 from infertop.collect.agent_attach import AgentAttach
 from infertop.collect.agent_client import AgentConfig

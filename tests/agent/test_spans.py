@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 
 import pytest
-
 from agenthelpers import ROOT, VENV_PY, Client, clean_env, pyenv_python, wait_until
+
 from infertop.agent import payload as PL
 from infertop.agent.inject import inject
 

@@ -26,15 +26,15 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tui"))
 
+from gpu_data import gpu_readings  # tests/tui's own import style
+
 from infertop.analysis.ops import OpAccumulator
+from infertop.analysis.session import Session
 from infertop.analysis.snapshot import StackAccumulator, build_snapshot
 from infertop.collect.pyspy import RawSampleWindow
 from infertop.model.events import StageSpan
-from infertop.model.session import Session
 from tests.collect.ops_data import make_allocator, make_op_window
 from tests.tui.tui_data import MAIN_TID, TARGET, make_window
-
-from gpu_data import gpu_readings  # tests/tui's own import style
 
 THREADS = 8
 SPANS_PER_S = 150

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from infertop.analysis.session import Session
 from infertop.collect.agent_client import (
     MAX_FRAME,
     AgentCollector,
@@ -29,9 +30,9 @@ from infertop.model.events import (
     StageSpan,
     TargetInfo,
 )
-from infertop.model.session import Session
 from tests.collect.fake_agent import FakeAgent, Script
 from tests.collect.ops_data import allocator_message, make_allocator, make_op_window, window_message
+
 
 def collect(c: AgentCollector, until: Callable[[list[Any]], bool], timeout: float = 5.0) -> list[Any]:
     """Poll (it must never block or raise) until ``until(events)`` or the timeout."""

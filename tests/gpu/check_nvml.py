@@ -85,11 +85,11 @@ def pipeline(pid: int) -> bool:
 
     from infertop.analysis.snapshot import build_snapshot
     from infertop.config import Config
+    from infertop.model.events import TargetInfo
     from infertop.model.gpu import GpuReading
     from infertop.record.reader import read_recording
     from infertop.record.writer import RecordingWriter
     from infertop.report.build import build_report
-    from infertop.model.events import TargetInfo
     from infertop.sources import ReplaySource
 
     col = NvmlCollector(pid)

@@ -123,8 +123,8 @@ def test_no_inject_is_py_spy_only_and_says_so(tmp_path) -> None:
         stop_target(target)
     rep = report_json(out)
     assert rep["ops"] == [] and rep["profiler"]["windows"] == 0
-    from infertop.record.reader import read_recording
     from infertop.model.events import CollectorStatus
+    from infertop.record.reader import read_recording
 
     agent = [e for e in read_recording(out).events if isinstance(e, CollectorStatus) and e.collector == "agent"]
     assert agent and agent[-1].message == "off (--no-inject)"
@@ -137,8 +137,8 @@ def test_target_without_torch_says_why(tmp_path, repo_root) -> None:
         assert infertop("record", str(target.pid), "-o", out, "--duration", "3", "--inject").returncode == 0
     finally:
         stop_target(target)
-    from infertop.record.reader import read_recording
     from infertop.model.events import CollectorStatus
+    from infertop.record.reader import read_recording
 
     agent = [e for e in read_recording(out).events if isinstance(e, CollectorStatus) and e.collector == "agent"]
     assert agent[-1].state == "unavailable" and "torch" in agent[-1].message

@@ -76,7 +76,7 @@ def test_holistic_trace_analysis_loads_the_kineto_export(tmp_path) -> None:
     """Where Holistic Trace Analysis is installed: it reads the export and finds the same
     device time by kind as the recording holds (an imported real A100 trace)."""
     hta = pytest.importorskip("hta.trace_analysis")
-    from infertop.record.import_kineto import import_trace
+    from infertop.record.importer import import_trace
     from infertop.trace.gpu import summarize_gpu
     from infertop.trace.table import read_trace
 

@@ -12,7 +12,14 @@ import time
 
 import pytest
 
-from infertop.model.events import CollectorStatus, Marker, OpWindow, ProcessDef, SampleWindow, ThreadDef
+from infertop.model.events import (
+    CollectorStatus,
+    Marker,
+    OpWindow,
+    ProcessDef,
+    SampleWindow,
+    ThreadDef,
+)
 from infertop.record.reader import read_recording
 
 from .helpers import INFERTOP, ROOT, report_json, serving, start_target, stop_target, workers_of

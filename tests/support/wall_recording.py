@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from infertop.analysis.session import Session
 from infertop.collect.pyspy import RawSampleWindow
 from infertop.model.events import Frame, TargetInfo
-from infertop.model.session import Session
 from infertop.record.writer import RecordingWriter
 
 LOOP = Frame("serve", "/srv/app/server.py", 10)

@@ -13,10 +13,10 @@ from pathlib import Path
 
 from tui_data import MAIN_TID, TARGET, make_window
 
+from infertop.analysis.session import Session
 from infertop.collect.nvml import NvmlReader
 from infertop.model.events import CollectorStatus, Event, Marker, StageSpan
 from infertop.model.gpu import GpuReading
-from infertop.model.session import Session
 from infertop.record.writer import RecordingWriter
 from tests.collect.ops_data import make_allocator
 from tests.support.fake_nvml import FakeNvml

@@ -132,7 +132,7 @@ TRACE = data.TRACES / "a100_sampled_rank0.json.gz"
 
 async def test_an_imported_trace_replays_with_its_ops_and_findings(tmp_path: Path) -> None:
     data.trace(TRACE.name)
-    from infertop.record.import_kineto import import_trace
+    from infertop.record.importer import import_trace
 
     out = tmp_path / "trace.infertop"
     import_trace(str(TRACE), str(out))

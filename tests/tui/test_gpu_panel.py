@@ -7,7 +7,15 @@ from pathlib import Path
 
 import pytest
 from gpu_data import STALL, write_gpu_recording
-from tui_data import TARGET, ScriptedCollector, screen_text, shows, started, wait_for, write_recording
+from tui_data import (
+    TARGET,
+    ScriptedCollector,
+    screen_text,
+    shows,
+    started,
+    wait_for,
+    write_recording,
+)
 
 from infertop.collect.nvml import NvmlCollector
 from infertop.config import Config

@@ -187,8 +187,8 @@ async def test_a_straggler_rank_is_a_finding_in_the_replay(tmp_path: Path) -> No
     """An imported rank directory (real traces, one rank stretched by 1.3: a transformed real
     trace) replays with the straggler among the findings, naming its rank; in the view of one
     rank, the findings are that rank's and say so."""
+    from infertop.record.importer import import_trace
     from tests.support.kineto_ranks import rank_dir
-    from infertop.record.import_kineto import import_trace
 
     out = tmp_path / "ranks.infertop"
     import_trace(str(rank_dir(tmp_path, "a100_sampled_rank0", [1.0, 1.0, 1.3])), str(out))

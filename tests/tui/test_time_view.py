@@ -12,6 +12,7 @@ from infertop.tui.widgets.stages import StagePanel
 from tests.support.wall_recording import write_wall_recording
 from tests.tui.tui_data import started, wait_for
 
+
 def _share(app, stage: str) -> float:  # type: ignore[no-untyped-def]
     return next(s.share for s in app.displayed.totals if s.name == stage)
 

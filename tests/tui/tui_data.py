@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from infertop.analysis.session import Session
 from infertop.collect.pyspy import RawSampleWindow
 from infertop.model.events import (
     CollectorStatus,
@@ -24,7 +25,6 @@ from infertop.model.events import (
     TargetExited,
     TargetInfo,
 )
-from infertop.model.session import Session
 from infertop.record.writer import RecordingWriter
 from infertop.tui.widgets.flame import FlamePanel
 from infertop.tui.widgets.timeline import Timeline

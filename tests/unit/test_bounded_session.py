@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from infertop.analysis.ops import OpAccumulator
+from infertop.analysis.session import Session
 from infertop.analysis.snapshot import StackAccumulator, build_snapshot
 from infertop.model.events import StageSpan
-from infertop.model.session import Session
 from tests.collect.ops_data import make_allocator, make_op_window
 from tests.tui.tui_data import MAIN_TID, TARGET, make_window
 

@@ -421,7 +421,7 @@ def test_kineto_export_needs_profiler_windows(tmp_path) -> None:
 
 
 def test_an_imported_trace_exports_everywhere(tmp_path) -> None:
-    from infertop.record.import_kineto import import_trace
+    from infertop.record.importer import import_trace
 
     trace = str(TRACES / "a100_alexnet_pageable_memcpy.json.gz")
     rec = str(tmp_path / "alexnet.infertop")

@@ -32,8 +32,8 @@ from infertop.errors import BadInputFile, InfertopError, UsageError
 from infertop.record.format import HEADER, MAGIC, RECORD, encode_event
 from infertop.record.reader import read_recording
 from infertop.record.stream import RecordingStream
-from tests.support.recordings import session_events
 from tests.support import data
+from tests.support.recordings import session_events
 
 ALEXNET = data.TRACES / "a100_alexnet_pageable_memcpy.json.gz"
 
@@ -194,7 +194,7 @@ def _everything_on_a_trace(path: str, out_dir: str) -> None:
     from infertop.compare.profile import load_profile
     from infertop.compare.render import render_text as diff_text
     from infertop.export.run import export
-    from infertop.record.import_kineto import import_trace
+    from infertop.record.importer import import_trace
     from infertop.report.trace import build_trace_report, render_trace_text
 
     rep = build_trace_report(path)
@@ -351,7 +351,7 @@ def test_report_and_export_of_a_mutated_recording_through_the_cli(tmp_path, seed
 def test_a_trace_with_64_bit_thread_ids_imports_and_reads_back(tmp_path) -> None:
     """Kineto thread and process ids can be 64-bit values: they stay within the numbers a
     recording holds, so `import` writes them and every reader takes them."""
-    from infertop.record.import_kineto import import_trace
+    from infertop.record.importer import import_trace
 
     big = 2**62 + 12345
     events = []

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from infertop.analysis.session import Session
 from infertop.analysis.snapshot import build_snapshot
 from infertop.collect.nvml import NvmlReader
 from infertop.config import FindingThresholds
@@ -22,7 +23,6 @@ from infertop.model.events import (
     ThreadDef,
 )
 from infertop.model.gpu import GpuReading
-from infertop.model.session import Session
 from infertop.report.build import build_report
 from infertop.report.text import render_text
 from tests.support.fake_nvml import FakeNvml

@@ -8,10 +8,10 @@ import pytest
 
 from infertop.agent import payload as PL
 from infertop.analysis.live_findings import with_findings
+from infertop.analysis.session import Session
 from infertop.analysis.snapshot import build_snapshot
 from infertop.analysis.trace_ops import OP_GAP_US
 from infertop.model.events import GpuActivity, KernelStat, OpPath, OpTime, OpWindow
-from infertop.model.session import Session
 from infertop.record.format import decode_event, encode_event
 
 T0 = 1_790_000_000.0

@@ -16,6 +16,7 @@ from infertop.analysis.ops import (
     merge_windows,
     ops_table,
 )
+from infertop.analysis.session import Session
 from infertop.analysis.snapshot import build_snapshot
 from infertop.model.events import (
     AllocatorReading,
@@ -29,7 +30,6 @@ from infertop.model.events import (
     SyncStat,
     TargetInfo,
 )
-from infertop.model.session import Session
 from infertop.report.build import build_report
 from infertop.report.text import render_markdown, render_text
 from tests.collect.ops_data import make_allocator, make_op_window

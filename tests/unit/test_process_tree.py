@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 import subprocess
 
+from infertop.analysis.session import Session
 from infertop.collect.pyspy import RawSampleWindow, parse_raw
 from infertop.collect.tree import descendants, read_cmdline, read_ppid, split_processes
 from infertop.model.events import Frame, ProcessDef, ThreadDef
-from infertop.model.session import Session
 from infertop.record.format import decode_event, encode_event
 
 RAW = (

@@ -100,9 +100,11 @@ def test_fuzzed_recordings_never_raise_anything_but_bad_input(noise: bytes, cut:
     w = RecordingWriter.__new__(RecordingWriter)
     del w, path
     valid = HEADER.pack(MAGIC, 1, 0)
-    from infertop.record.format import RECORD, encode_event
-    import msgpack
     import zlib
+
+    import msgpack
+
+    from infertop.record.format import RECORD, encode_event
 
     payload = msgpack.packb([encode_event(e) for e in EVENTS])
     valid += RECORD.pack(len(payload), zlib.crc32(payload)) + payload
@@ -115,8 +117,9 @@ def test_fuzzed_recordings_never_raise_anything_but_bad_input(noise: bytes, cut:
 
 
 def test_crc_valid_but_malformed_payload_is_a_warning() -> None:
-    import msgpack
     import zlib
+
+    import msgpack
 
     from infertop.record.format import RECORD
 
@@ -209,8 +212,9 @@ def _bad_op_fields():
 
 @pytest.mark.parametrize(("what", "event"), list(_bad_op_fields()))
 def test_malformed_op_events_are_a_damaged_record(what: str, event: list) -> None:
-    import msgpack
     import zlib
+
+    import msgpack
 
     from infertop.record.format import RECORD, decode_event
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import random
 
+from infertop.analysis.session import Session
 from infertop.analysis.shares import stage_shares
 from infertop.analysis.snapshot import build_snapshot
 from infertop.model.events import StageSpan
-from infertop.model.session import Session
 
 T0 = 1_700_000_000.0
 STAGES = ("preprocess", "forward", "serialize", "my-stage")

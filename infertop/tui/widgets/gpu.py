@@ -7,7 +7,13 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widget import Widget
 
-from infertop.analysis.gpu_series import GpuSeries, GpuView, allocator_device, nvml_reason, target_devices
+from infertop.analysis.gpu_series import (
+    GpuSeries,
+    GpuView,
+    allocator_device,
+    nvml_reason,
+    target_devices,
+)
 from infertop.analysis.snapshot import Snapshot
 from infertop.model.gpu import GpuDeviceReading
 from infertop.tui.palette import bar, human_bytes

@@ -23,6 +23,7 @@ from infertop.analysis.ops import OpTotals
 from infertop.analysis.shares import Latency
 from infertop.analysis.stages import IDLE, StageClassifier
 from infertop.analysis.wall import WallAttribution, by_thread_stages
+from infertop.collect.pyspy import RawSampleWindow
 from infertop.model.events import (
     AllocatorReading,
     CollectorStatus,
@@ -195,8 +196,6 @@ class Session:
     # -- building ---------------------------------------------------------------------------
     def intern(self, raw: object) -> list[Event]:
         """Turn a collector's raw window into definition events plus a ``SampleWindow``."""
-        from infertop.collect.pyspy import RawSampleWindow
-
         if not isinstance(raw, RawSampleWindow):
             return [raw]  # type: ignore[list-item]
         new: list[Event] = []
