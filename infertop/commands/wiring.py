@@ -11,14 +11,15 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from infertop.collect.base import Collector
 from infertop.commands.common import agent_defaults, load_cfg
 from infertop.errors import EXIT_OK, UsageError
+from infertop.model.events import CollectorStatus, TargetInfo
 
 if TYPE_CHECKING:
     from infertop.config import Config
-    from infertop.model.events import CollectorStatus, TargetInfo
 
 
 @dataclass(frozen=True)
@@ -55,20 +56,19 @@ class CollectOptions:
 
 def build_collectors(
     target: TargetInfo, opts: CollectOptions, cfg: Config, others: Sequence[int] = ()
-) -> tuple[list[Any], list[CollectorStatus]]:
+) -> tuple[list[Collector], list[CollectorStatus]]:
     """py-spy and NVML, plus the agent (injected in the background) unless --no-inject; and the
     statuses to show for what does not run. ``others``: more target pids (attach PID PID...)."""
-    # imported here: the collectors (py-spy, NVML, the agent client) load only once a command
-    # collects, not when one of the others runs or a help is shown
+    # imported here: a command that fails its checks first (no terminal, a bad pid) exits
+    # without loading the collectors
     from infertop.collect.agent_attach import AgentAttach
     from infertop.collect.nvml import NvmlCollector
     from infertop.collect.pyspy import PySpyCollector
     from infertop.collect.targets import ManyTargets
-    from infertop.model.events import CollectorStatus
 
     children = opts.children
     rate, window_s = cfg.collect.rate_hz, cfg.collect.window_s
-    collectors: list[Any] = [
+    collectors: list[Collector] = [
         ManyTargets([target.pid, *others], rate, window_s, children, cfg.collect.cpu_every)
         if others
         else PySpyCollector(
@@ -77,7 +77,7 @@ def build_collectors(
         # no GPU or no driver: it only says why, and runs nothing
         NvmlCollector(target.pid, others=others, children=children),
     ]
-    statuses = []
+    statuses: list[CollectorStatus] = []
     if not opts.inject:
         statuses.append(CollectorStatus(time.time(), "agent", "unavailable", "off (--no-inject)"))
         return collectors, statuses
@@ -107,7 +107,7 @@ def live(
     target: TargetInfo, opts: CollectOptions, record: str | None, others: Sequence[int] = ()
 ) -> int:
     """The live UI on ``target`` (and ``others``), recording to ``record`` when given."""
-    # imported here: Textual and the sources load only for the live UI
+    # imported here: Textual and the sources load only for the live UI (record needs neither)
     from infertop.sources import LiveSource
     from infertop.tui.app import create_app
 

@@ -133,7 +133,9 @@ def test_no_such_pid_is_3(infertop: Infertop) -> None:
 def test_non_python_process_is_4(infertop: Infertop, tmp_path) -> None:
     sleeper = subprocess.Popen(["sleep", "30"])
     try:
-        p = infertop("record", str(sleeper.pid), "-o", str(tmp_path / "x.infertop"), "--duration", "1")
+        p = infertop(
+            "record", str(sleeper.pid), "-o", str(tmp_path / "x.infertop"), "--duration", "1"
+        )
         assert_one_clear_error(p, 4, "not a Python process")
     finally:
         sleeper.kill()
