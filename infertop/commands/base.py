@@ -11,7 +11,8 @@ if TYPE_CHECKING:
 
 
 class Command(NamedTuple):
-    """One subcommand; each module under ``infertop/commands/`` declares one as ``COMMAND``.
+    """One subcommand; each command module declares one as ``COMMAND`` (``commands/__init__``
+    registers them).
 
     ``add_arguments(parser, agent)`` fills the command's subparser. ``agent`` is the agent's
     ``AgentConfig``, for the defaults the help names; it is given only to ``collecting``
