@@ -1,0 +1,45 @@
+"""``infertop demo``: the bundled sample service, with the live UI attached."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import TYPE_CHECKING
+
+from infertop.commands.base import Command
+from infertop.commands.common import add_record_flag, need_tty
+
+if TYPE_CHECKING:
+    from infertop.collect.agent_client import AgentConfig
+
+
+def add_arguments(p: argparse.ArgumentParser, agent: AgentConfig | None) -> None:
+    add_record_flag(p)
+    p.add_argument("--slow-tokenizer", action="store_true", help="make the sample's tokenizer slow")
+
+
+def run(args: argparse.Namespace) -> int:
+    # imported here: tempfile, the child's control, the collectors and the UI load only when
+    # the demo runs
+    import tempfile
+
+    from infertop.commands.child import run_child
+    from infertop.commands.wiring import CollectOptions
+
+    need_tty("demo")
+    cmd = [sys.executable, "-m", "samples.textgen_service"]
+    if args.slow_tokenizer:
+        cmd.append("--slow-tokenizer")
+    log_path = os.path.join(tempfile.gettempdir(), f"infertop-demo-{os.getpid()}.log")
+    # no collect flags of its own: the options of a command line that gives none
+    return run_child(cmd, CollectOptions(), args.record, log_path)
+
+
+COMMAND = Command(
+    "demo",
+    "start the bundled sample service and attach the live UI",
+    add_arguments,
+    run,
+    collecting=True,
+)

@@ -1,0 +1,37 @@
+"""``infertop replay FILE``: the live UI on a recording, with a timeline."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import TYPE_CHECKING
+
+from infertop.commands.base import Command
+from infertop.commands.common import add_config_flags, load_cfg, need_tty
+from infertop.errors import EXIT_OK
+
+if TYPE_CHECKING:
+    from infertop.collect.agent_client import AgentConfig
+
+
+def add_arguments(p: argparse.ArgumentParser, _agent: AgentConfig | None) -> None:
+    p.add_argument("file")
+    add_config_flags(p)
+
+
+def run(args: argparse.Namespace) -> int:
+    # imported here: the reader and the sources load only when a recording is read
+    from infertop.record.reader import read_recording
+    from infertop.sources import ReplaySource
+
+    rec = read_recording(args.file)
+    need_tty("replay")
+    # imported here, after the terminal check: Textual (heavy) loads only when it can be shown
+    from infertop.tui.app import create_app
+
+    src = ReplaySource(rec, load_cfg(args.config, args.stage))
+    create_app(src, title=f"infertop — replay {os.path.basename(args.file)}").run()
+    return EXIT_OK
+
+
+COMMAND = Command("replay", "the live UI on a recording, with a timeline", add_arguments, run)

@@ -1,0 +1,124 @@
+"""The collecting commands' options, the collectors built from them, and the live UI.
+
+Imported only when attach, run, record or demo runs: the collectors (and ``dataclasses``)
+are not needed to parse the command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from infertop.collect.base import Collector
+from infertop.commands.common import agent_defaults, load_cfg
+from infertop.errors import EXIT_OK, UsageError
+from infertop.model.events import CollectorStatus, TargetInfo
+
+if TYPE_CHECKING:
+    from infertop.config import Config
+
+
+@dataclass(frozen=True)
+class CollectOptions:
+    """What a collecting command was asked for: the flags of ``common.add_collect_flags``.
+    The defaults are those of a command line that gives none of them (``demo``)."""
+
+    config: str | None = None
+    stages: tuple[str, ...] = ()
+    rate: float | None = None  # py-spy's Hz; None: the config's
+    inject: bool = True  # False: --no-inject
+    profile_window: float | None = None  # None: the agent's default
+    profile_period: float | None = None
+    record_shapes: bool = False
+    children: bool = False
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> CollectOptions:
+        """The one place these options are read off a parsed command line."""
+        return cls(
+            config=args.config,
+            stages=tuple(args.stage),
+            rate=args.rate,
+            inject=not args.no_inject,
+            profile_window=args.profile_window,
+            profile_period=args.profile_period,
+            record_shapes=args.record_shapes,
+            children=args.children,
+        )
+
+    def load_config(self) -> Config:
+        return load_cfg(self.config, self.stages, self.rate)
+
+
+def build_collectors(
+    target: TargetInfo, opts: CollectOptions, cfg: Config, others: Sequence[int] = ()
+) -> tuple[list[Collector], list[CollectorStatus]]:
+    """py-spy and NVML, plus the agent (injected in the background) unless --no-inject; and the
+    statuses to show for what does not run. ``others``: more target pids (attach PID PID...)."""
+    # imported here: a command that fails its checks first (no terminal, a bad pid) exits
+    # without loading the collectors
+    from infertop.collect.agent_attach import AgentAttach
+    from infertop.collect.nvml import NvmlCollector
+    from infertop.collect.pyspy import PySpyCollector
+    from infertop.collect.targets import ManyTargets
+
+    children = opts.children
+    rate, window_s = cfg.collect.rate_hz, cfg.collect.window_s
+    collectors: list[Collector] = [
+        ManyTargets([target.pid, *others], rate, window_s, children, cfg.collect.cpu_every)
+        if others
+        else PySpyCollector(
+            target.pid, rate, window_s, children=children, cpu_every=cfg.collect.cpu_every
+        ),
+        # no GPU or no driver: it only says why, and runs nothing
+        NvmlCollector(target.pid, others=others, children=children),
+    ]
+    statuses: list[CollectorStatus] = []
+    if not opts.inject:
+        statuses.append(CollectorStatus(time.time(), "agent", "unavailable", "off (--no-inject)"))
+        return collectors, statuses
+    agent = replace(agent_defaults(), stage_functions=tuple(cfg.stage_rules))
+    window, period = opts.profile_window, opts.profile_period
+    if window is not None:
+        if not 0.1 <= window <= 10:
+            raise UsageError(f"--profile-window {window:g} is out of range", "use 0.1..10 s")
+        agent = replace(agent, window_s=window)
+    if period is not None:
+        if period < agent.window_s:
+            raise UsageError("--profile-period must be at least --profile-window")
+        agent = replace(agent, period_s=period)
+    if opts.record_shapes:
+        agent = replace(agent, record_shapes=True)
+    collectors.append(AgentAttach(target.pid, agent, target))
+    if children or others:
+        # imported here: only sessions of several processes need it
+        from infertop.collect.child_agents import ChildAgents
+
+        roots = [target.pid, *others]
+        collectors.append(ChildAgents(roots, agent, extra_targets=list(others), children=children))
+    return collectors, statuses
+
+
+def live(
+    target: TargetInfo, opts: CollectOptions, record: str | None, others: Sequence[int] = ()
+) -> int:
+    """The live UI on ``target`` (and ``others``), recording to ``record`` when given."""
+    # imported here: Textual and the sources load only for the live UI (record needs neither)
+    from infertop.sources import LiveSource
+    from infertop.tui.app import create_app
+
+    cfg = opts.load_config()
+    collectors, statuses = build_collectors(target, opts, cfg, others)
+    src = LiveSource(target, cfg, collectors=collectors, record_path=record, statuses=statuses)
+    title = f"infertop — pid {target.pid}" + "".join(f", {p}" for p in others)
+    try:
+        create_app(src, title=title).run()  # its ingest worker starts and stops the source
+    finally:
+        src.stop()  # idempotent; covers an app that failed before its worker ran
+    for path in src.recorded:
+        print(f"recording written to {path}", file=sys.stderr)
+    return EXIT_OK
