@@ -22,8 +22,8 @@ from typing import Any
 
 from infertop.collect.base import drain
 from infertop.model.events import CollectorStatus, Event, OpWindow, StageSpan, TargetInfo
-from infertop.record.format import decode_allocator, decode_op_window
-from infertop.record.numbers import real, whole
+from infertop.model.fields import decode_allocator, decode_op_window
+from infertop.model.numbers import real, whole
 
 PROTOCOL = 1
 MAX_FRAME = 16 * 1024 * 1024

@@ -17,31 +17,25 @@ from typing import Any
 
 from infertop.model.events import (
     AllocatorReading,
-    Annotation,
     CollectorStatus,
     Event,
     Frame,
     FrameDef,
-    GpuActivity,
-    KernelStat,
     Marker,
-    MemcpyStat,
-    OpPath,
-    OpTime,
     OpWindow,
     ProcessDef,
     SampleWindow,
     StackDef,
     StageRules,
     StageSpan,
-    SyncStat,
     TargetExited,
     TargetInfo,
     ThreadDef,
 )
+from infertop.model.fields import as_str, decode_allocator, decode_op_window
 from infertop.model.gpu import GpuReading
+from infertop.model.numbers import real, whole
 from infertop.record.gpu_format import GPU, decode_gpu_reading, encode_gpu_reading
-from infertop.record.numbers import bounded_float, bounded_int, real, whole
 
 MAGIC = b"INFERTOP"
 MAJOR = 1
@@ -117,7 +111,7 @@ def decode_event(raw: Any) -> Event | None:
     if code == THREAD:
         return ThreadDef(whole(f[0]), str(f[1]), whole(f[2]) if len(f) > 2 else 0)
     if code == PROCESS:
-        return ProcessDef(whole(f[0]), whole(f[1]), _str(f[2]))
+        return ProcessDef(whole(f[0]), whole(f[1]), as_str(f[2]))
     if code == SPAN:
         return StageSpan(whole(f[0]), str(f[1]), real(f[2]), real(f[3]))
     if code == STATUS:
@@ -159,97 +153,3 @@ def encode_op_window(w: OpWindow) -> list[Any]:
         None if w.gpu is None else [w.gpu.busy_us, w.gpu.span_us, w.gpu.max_gap_us],
         None if w.op_time is None else [w.op_time.ops, w.op_time.in_ops_us, w.op_time.wall_us],
     ] + ([w.pid] if w.pid else [])  # fmt: skip
-
-
-def _str(x: Any) -> str:
-    if not isinstance(x, str):
-        raise ValueError(f"expected a string, got {type(x).__name__}")
-    return x
-
-
-def _opt_str(x: Any) -> str | None:
-    return None if x is None else _str(x)
-
-
-def _int(x: Any) -> int:
-    if isinstance(x, bool) or not isinstance(x, int):
-        raise ValueError(f"expected an integer, got {type(x).__name__}")
-    return bounded_int(x)
-
-
-def _num(x: Any) -> float:
-    if isinstance(x, bool) or not isinstance(x, (int, float)):
-        raise ValueError(f"expected a number, got {type(x).__name__}")
-    return bounded_float(float(x))
-
-
-def _names(x: Any) -> tuple[str, ...]:
-    if not isinstance(x, list) or not x:
-        raise ValueError("an op path needs a non-empty list of names")
-    return tuple(_str(n) for n in x)
-
-
-def _rows(x: Any, width: int) -> list[list[Any]]:
-    if not isinstance(x, list) or any(not isinstance(r, list) or len(r) < width for r in x):
-        raise ValueError(f"expected a list of rows of {width} fields")
-    return x
-
-
-def _checked(fn: Any, f: list[Any]) -> Any:
-    """Run a decoder; any malformation becomes ValueError (the reader's damaged-record path)."""
-    try:
-        return fn(f)
-    except (TypeError, IndexError, KeyError, AttributeError) as exc:
-        raise ValueError(f"malformed event: {exc}") from None
-
-
-def _decode_allocator(f: list[Any]) -> AllocatorReading:
-    return AllocatorReading(
-        _num(f[0]), _int(f[1]), _int(f[2]), _int(f[3]), _int(f[4]), _int(f[5]), _int(f[6]),
-        _int(f[7]) if len(f) > 7 else 0,
-    )
-
-
-def _decode_op_window(f: list[Any]) -> OpWindow:
-    if not isinstance(f[4], bool):
-        raise ValueError("truncated is not a bool")
-    paths = tuple(
-        OpPath(_names(r[0]), _str(r[1]), _str(r[2]), _int(r[3]), _num(r[4]), _num(r[5]),
-               _opt_str(r[6]))
-        for r in _rows(f[5], 7)
-    )  # fmt: skip
-    kernels = tuple(
-        KernelStat(_str(r[0]), _str(r[1]), _int(r[2]), _num(r[3]), _num(r[4]), _num(r[5]))
-        for r in _rows(f[6], 6)
-    )
-    memcpy = tuple(
-        MemcpyStat(_str(r[0]), _str(r[1]), _int(r[2]), _int(r[3]), _num(r[4]))
-        for r in _rows(f[7], 5)
-    )
-    syncs = tuple(SyncStat(_str(r[0]), _int(r[1]), _num(r[2])) for r in _rows(f[8], 3))
-    annotations = tuple(
-        Annotation(_str(r[0]), _int(r[1]), _num(r[2]), _num(r[3])) for r in _rows(f[9], 4)
-    )
-    g = f[10]
-    if g is not None and (not isinstance(g, list) or len(g) < 3):
-        raise ValueError("bad gpu activity")
-    gpu = None if g is None else GpuActivity(_num(g[0]), _num(g[1]), _num(g[2]))
-    o = f[11] if len(f) > 11 else None  # a trailing field: absent in older windows
-    if o is not None and (not isinstance(o, list) or len(o) < 3):
-        raise ValueError("bad op time")
-    op_time = None if o is None else OpTime(_int(o[0]), _num(o[1]), _num(o[2]))
-    return OpWindow(
-        _num(f[0]), _num(f[1]), _str(f[2]), _int(f[3]), f[4],
-        paths, kernels, memcpy, syncs, annotations, gpu, op_time,
-        _int(f[12]) if len(f) > 12 else 0,
-    )  # fmt: skip
-
-
-def decode_op_window(f: list[Any]) -> OpWindow:
-    """An op window from its fields (after the code). The rows are laid out exactly as the
-    agent protocol sends them, so the agent client validates its messages with this too."""
-    return _checked(_decode_op_window, f)  # type: ignore[no-any-return]
-
-
-def decode_allocator(f: list[Any]) -> AllocatorReading:
-    return _checked(_decode_allocator, f)  # type: ignore[no-any-return]

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from infertop.model.gpu import GpuDeviceReading, GpuReading
-from infertop.record.numbers import bounded_float, bounded_int
+from infertop.model.numbers import bounded_float, bounded_int
 
 GPU = 13
 

@@ -23,7 +23,7 @@ import numpy as np
 from infertop.analysis.trace_ops import cpu_nesting, steps, stretches
 from infertop.errors import BadInputFile, UsageError
 from infertop.model.events import Event, OpWindow
-from infertop.record.format import decode_op_window
+from infertop.model.fields import decode_op_window
 from infertop.record.writer import RecordingWriter
 from infertop.trace.table import CAT, CATEGORIES, GPU_CATS, KinetoTrace, distinct, read_trace
 
