@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from statistics import median
 from typing import TYPE_CHECKING
 
+from infertop.analysis.findings import Finding
 from infertop.config import FindingThresholds
 
 if TYPE_CHECKING:
-    from infertop.analysis.findings import Finding
     from infertop.analysis.session import Session
     from infertop.model.events import OpWindow
 
@@ -143,8 +143,6 @@ def straggler_findings(
 ) -> list[Finding]:
     """One ``straggler`` finding per straggling process; ``names``: pid -> how to call it;
     ``unit``: what ``steps`` hold (``comparison`` says)."""
-    from infertop.analysis.findings import Finding
-
     out = []
     for s in find_stragglers(steps, th):
         name = names.get(s.pid, f"pid {s.pid}")

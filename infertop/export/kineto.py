@@ -20,6 +20,7 @@ from collections import Counter
 from typing import Any
 
 from infertop import __version__
+from infertop.errors import BadInputFile
 from infertop.export.jsonout import JsonStream
 from infertop.export.oplayout import SELF_GAP_NS, _Node, _size, _tree, is_copy
 from infertop.export.prelude import ExportResult, scan_recording
@@ -207,8 +208,6 @@ def export_kineto(path: str, out: str) -> ExportResult:
             gpu = gpu or bool(ev.kernels) or any(p.device == "cuda" for p in ev.paths)
             tids.update(a.tid for a in ev.annotations)
     if not windows:
-        from infertop.errors import BadInputFile
-
         raise BadInputFile(
             f"{path} holds no torch-profiler windows",
             "record a process that has imported torch, without --no-inject, to get torch ops and kernels",

@@ -5,13 +5,16 @@ when the recording is of one process. Also the findings about one process among 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
-from infertop.analysis.findings import SEVERITY_ORDER
+from infertop.analysis.findings import SEVERITY_ORDER, evaluate
 from infertop.analysis.process_ops import process_ops
 from infertop.analysis.process_roles import host_of, rank_of
 from infertop.analysis.processes import process_shares
 from infertop.analysis.session import Session
+from infertop.analysis.session_findings import snapshot_input
+from infertop.analysis.snapshot import build_snapshot
 from infertop.analysis.stragglers import comparison, straggler_findings
 from infertop.config import FindingThresholds
 
@@ -37,12 +40,6 @@ def process_findings(
 ) -> list[dict[str, Any]]:
     """The findings of one process: every rule evaluated on its samples and its agent's ops
     alone (as the UI's view of that process shows them), each naming the process."""
-    from dataclasses import replace
-
-    from infertop.analysis.findings import evaluate
-    from infertop.analysis.session_findings import snapshot_input
-    from infertop.analysis.snapshot import build_snapshot
-
     snap = build_snapshot(session, t=t, process=pid)
     if snap.process != pid:
         return []
