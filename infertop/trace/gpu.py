@@ -8,14 +8,13 @@ activity per device over the span from its first to its last GPU event.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import numpy as np
 
+from infertop.agent.payload import memcpy_kind as agent_memcpy_kind
 from infertop.trace.table import CAT, GPU_CATS, KinetoTrace, distinct
 
-_MEMCPY_RE = re.compile(r"Memcpy (HtoD|DtoH|DtoD|HtoH|PtoP)\s*(?:\((\w+)\s*->\s*(\w+)\))?")
 SYNC_RUNTIME = (
     "cudaDeviceSynchronize",
     "cudaStreamSynchronize",
@@ -74,17 +73,11 @@ def quantile(values: np.ndarray, q: float) -> float:
 
 
 def memcpy_kind(name: str) -> tuple[str, str]:
-    """(direction, host memory kind) from a Kineto memcpy/memset name."""
-    if name.startswith("Memset"):
-        return "memset", "device"
-    m = _MEMCPY_RE.match(name)
-    if m is None:
-        return "unknown", "unknown"
-    direction, src, dst = m.group(1), (m.group(2) or ""), (m.group(3) or "")
-    if direction == "PtoP":
-        direction = "DtoD"
-    host = {"HtoD": src, "DtoH": dst}.get(direction, "Device" if direction == "DtoD" else "")
-    return direction, host.lower() if host.lower() in ("pageable", "pinned", "device") else "unknown"
+    """(direction, host memory kind) from a Kineto memcpy/memset name, as the agent classifies
+    its copies (one classification for live windows, imported traces and trace reports);
+    ("unknown", "unknown") for a name that is neither."""
+    kind, host = agent_memcpy_kind(name)
+    return (kind or "unknown", host or "unknown")
 
 
 def _is_nccl(trace: KinetoTrace) -> np.ndarray:

@@ -67,14 +67,18 @@ def shares(rep: dict) -> dict[str, float]:
     return {s["name"]: s["share"] for s in rep["stages"]}
 
 
-def read_truth(path: str) -> dict:
-    for _ in range(50):
+def read_truth(path: str, timeout: float = 60.0) -> dict:
+    """The target's truth file, once it has written one: a sample builds its tokenizer and model
+    first, which took longer than 5 s on a busy machine."""
+    deadline = time.monotonic() + timeout
+    while True:
         try:
             with open(path) as fh:
                 return json.load(fh)
         except (OSError, ValueError):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no ground truth in {path} after {timeout:g} s") from None
             time.sleep(0.1)
-    raise AssertionError(f"no ground truth in {path}")
 
 
 def env_without_agent() -> dict[str, str]:
