@@ -145,7 +145,7 @@ def test_the_injector_s_seize_beside_a_sampling_py_spy(targets):
     py-spy let go before /proc/PID/status could say it held the thread: that race once failed
     an injection on CI as 'ptrace is not permitted' (before the fix: 12 of 3,000 seizes here).
     2,000 seizes of the main thread beside py-spy at 500 Hz all succeed, the target unharmed."""
-    from infertop.agent import _ptrace
+    from infertop.agent.inject import tracee
 
     target = targets(args=("--workers", "2"))
     spy = subprocess.Popen([os.path.join(os.path.dirname(VENV_PY), "py-spy"), "record", "--pid", str(target.pid),
@@ -155,13 +155,13 @@ def test_the_injector_s_seize_beside_a_sampling_py_spy(targets):
     try:
         time.sleep(1.0)  # py-spy has started sampling
         for _ in range(2000):
-            tracee = _ptrace.Tracee(target.pid)
+            thread = tracee.Tracee(target.pid)
             try:
-                tracee.attach()
-            except _ptrace.PtraceError as exc:
+                thread.attach()
+            except tracee.PtraceError as exc:
                 refused.append(exc.errno)
                 continue
-            tracee.detach()
+            thread.detach()
     finally:
         spy.kill()
         spy.wait()

@@ -72,13 +72,14 @@ def test_a_child_with_a_tricky_name_and_a_stop() -> None:
         "print('ready', flush=True)\n"
         "time.sleep(60)\n"
     )
-    child = subprocess.Popen([sys.executable, "-c", code, "", "x"], stdout=subprocess.PIPE, text=True)
+    argv = [sys.executable, "-c", code, "", "x"]
+    child = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout is not None and child.stdout.readline() == "ready\n"
         st = procfs.read_stat(child.pid)
         assert st.comm == "(a) b)" and st.ppid == os.getpid() and st.state in ("R", "S")
         # trailing empty arguments are dropped, inner ones kept
-        assert procfs.cmdline(child.pid) == [sys.executable, "-c", code, "", "x"]
+        assert procfs.cmdline(child.pid) == argv
         os.kill(child.pid, 19)  # SIGSTOP
         deadline = time.monotonic() + 5
         while procfs.state(child.pid) != "T" and time.monotonic() < deadline:
