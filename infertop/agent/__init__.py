@@ -2,8 +2,8 @@
 (``infertop.agent.inject.inject(pid)``).
 
 The agent itself is ``payload.py`` (run as source text inside the target); ``protocol.py`` is the
-wire format both sides share; ``inject.py`` gets the payload into a running process. Importing
-this package is cheap: it imports neither torch nor the injector.
+wire format both sides share; the ``inject`` package gets the payload into a running process.
+Importing this package is cheap: it imports neither torch nor the injector.
 """
 
 from __future__ import annotations

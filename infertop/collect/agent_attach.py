@@ -68,7 +68,7 @@ class AgentAttach:
         self._thread.start()
 
     def _run(self) -> None:
-        from infertop.agent.inject import inject
+        from infertop.agent.inject import inject  # here: the injector is not start-up's
 
         res = inject(self.pid, timeout=self.inject_timeout)
         self.result = res

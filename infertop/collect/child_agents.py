@@ -38,7 +38,7 @@ RETRY_S = 5.0
 
 def _has_torch(pid: int) -> bool | None:
     """Whether ``pid`` has imported torch; None when it is gone (or unreadable)."""
-    from infertop.agent.inject import has_torch
+    from infertop.agent.inject import has_torch  # here: the injector is not start-up's
 
     try:
         return has_torch(pid)

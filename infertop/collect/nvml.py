@@ -12,9 +12,9 @@ import queue
 import threading
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
+from infertop import procfs
 from infertop.collect.base import drain
 from infertop.collect.tree import descendants
 from infertop.model.events import CollectorStatus
@@ -76,9 +76,7 @@ def target_pids(pid: int) -> set[int]:
     """The target's pid in every pid namespace we can see (NVML reports host pids)."""
     pids = {pid}
     try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("NSpid:"):
-                pids.update(int(x) for x in line.split()[1:])
+        pids.update(procfs.ns_pids(pid))
     except (OSError, ValueError):
         pass
     return pids

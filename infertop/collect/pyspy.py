@@ -34,6 +34,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from infertop import procfs
 from infertop.collect.base import drain
 from infertop.collect.target import classify_pyspy_failure, find_pyspy, pid_alive
 from infertop.collect.thread_cpu import clamp_to_cpu, thread_cpu_ns
@@ -131,13 +132,7 @@ def _detach_from_terminal_and_die_with_parent() -> None:
 
 def _resume_if_stopped(pid: int) -> None:
     """A py-spy killed mid-sample may leave the target stopped: never leave it so."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            state = fh.read().rsplit(")", 1)[1].split()[0]
-        if state in ("T", "t"):
-            os.kill(pid, signal.SIGCONT)
-    except (OSError, IndexError):
-        pass
+    procfs.resume_if_stopped(pid)
 
 
 class PySpyCollector:

@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+from infertop import procfs
 from infertop.errors import TargetNotFound, TargetUnsupported, UsageError
 from infertop.model.events import TargetInfo
 
@@ -44,10 +45,10 @@ def find_pyspy() -> str:
 
 def _cmdline(pid: int) -> str | None:
     try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+        args = procfs.cmdline(pid)
     except OSError:
         return None
-    return " ".join(p.decode(errors="replace") for p in raw.split(b"\0") if p) or None
+    return " ".join(a for a in args if a) or None
 
 
 def check_pid(pid: int) -> None:
@@ -73,11 +74,8 @@ def pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    try:  # a zombie is dead for our purposes
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except (OSError, IndexError):
-        return True
+    # a zombie is dead for our purposes
+    return procfs.state(pid) not in ("Z", "X")  # None (unreadable): alive, as kill said
 
 
 _VERSION_RE = re.compile(r"^Python v(\d+\.\d+\.\d+\S*)", re.M)

@@ -11,8 +11,9 @@ Reading it costs the target nothing.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
+
+from infertop import procfs
 
 SLACK = 1.5  # a share of samples is Poisson: allow half as much again as the CPU time says
 SPARE = 0.5  # and half a sample more: a thread that ran 10 ms keeps up to 2 samples at 100 Hz
@@ -23,14 +24,13 @@ def thread_cpu_ns(pids: Iterable[int]) -> dict[int, int]:
     out: dict[int, int] = {}
     for pid in pids:
         try:
-            tids = os.listdir(f"/proc/{pid}/task")
+            tids = procfs.threads(pid)
         except OSError:
             continue
-        for name in tids:
+        for tid in tids:
             try:
-                with open(f"/proc/{pid}/task/{name}/schedstat") as fh:
-                    out[int(name)] = int(fh.read().split()[0])
-            except (OSError, ValueError, IndexError):
+                out[tid] = procfs.schedstat(pid, tid)[0]
+            except (OSError, ValueError):
                 continue
     return out
 

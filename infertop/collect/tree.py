@@ -9,9 +9,9 @@ unique across a pid namespace, so a thread id names its process).
 
 from __future__ import annotations
 
-import os
 import re
 
+from infertop import procfs
 from infertop.collect.target import pid_alive
 from infertop.model.events import Marker
 
@@ -58,17 +58,13 @@ def split_processes(
 
 def read_ppid(pid: int) -> int | None:
     """The parent pid from ``/proc/PID/stat``; None when the process is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return int(fh.read().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return None
+    return procfs.ppid(pid)
 
 
 def read_cmdline(pid: int) -> str:
+    """The command line, its arguments joined by spaces ("" when the process is gone)."""
     try:
-        with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            return fh.read().rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")
+        return " ".join(procfs.cmdline(pid))
     except OSError:
         return ""
 
@@ -77,14 +73,13 @@ def _children_files(pid: int) -> list[int] | None:
     """Children of ``pid`` from ``/proc/PID/task/*/children`` (each thread's own children);
     None when the kernel does not offer those files (or ``pid`` is gone)."""
     try:
-        tids = os.listdir(f"/proc/{pid}/task")
+        tids = procfs.threads(pid)
     except OSError:
         return None
     out: list[int] = []
     for tid in tids:
         try:
-            with open(f"/proc/{pid}/task/{tid}/children") as fh:
-                out.extend(int(x) for x in fh.read().split())
+            out.extend(procfs.thread_children(pid, tid))
         except FileNotFoundError:
             if tid == tids[0]:
                 return None  # no such files in this kernel: scan instead
@@ -112,14 +107,13 @@ def descendants(pid: int) -> list[int]:
 def _scan_descendants(pid: int) -> list[int]:
     children: dict[int, list[int]] = {}
     try:
-        names = os.listdir("/proc")
+        pids = procfs.pids()
     except OSError:
         return []
-    for name in names:
-        if name.isdigit():
-            ppid = read_ppid(int(name))
-            if ppid is not None:
-                children.setdefault(ppid, []).append(int(name))
+    for p in pids:
+        ppid = read_ppid(p)
+        if ppid is not None:
+            children.setdefault(ppid, []).append(p)
     out: list[int] = []
     todo = list(children.get(pid, ()))
     while todo:

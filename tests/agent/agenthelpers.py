@@ -26,6 +26,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from infertop.agent import protocol as P  # noqa: E402
+from infertop.collect.thread_cpu import thread_cpu_ns  # noqa: E402
 
 
 def pyenv_python(version: str) -> str | None:
@@ -82,6 +83,15 @@ class Target:
         time.sleep(seconds)
         b = self.read_status()
         return (b[key] - a[key]) / max(b["t"] - a["t"], 1e-6)
+
+    def work_per_cpu_s(self, seconds: float, key: str = "main") -> float:
+        """Iterations per second of CPU the whole process used, over a window of ``seconds``:
+        what a hook or a thread left behind would lower, and what a busy machine does not
+        (a wall-clock rate halves when another process takes the core)."""
+        a, cpu_a = self.read_status(), sum(thread_cpu_ns([self.pid]).values())
+        time.sleep(seconds)
+        b, cpu_b = self.read_status(), sum(thread_cpu_ns([self.pid]).values())
+        return (b[key] - a[key]) / max((cpu_b - cpu_a) / 1e9, 1e-6)
 
     def stop(self) -> tuple[str, str]:
         if self.proc.poll() is None:

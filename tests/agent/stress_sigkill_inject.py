@@ -9,11 +9,11 @@ with SIGKILL a random 0-4 ms after it has seized the target (``TracerPid`` set).
 that went through is detached. Prints each crash of the target and a summary; exit status 1
 when the target died at least once.
 
-Why it matters: ``_ptrace.Tracee.call`` points the stopped thread at a function with a return
+Why it matters: ``inject.tracee.Tracee.call`` points the stopped thread at a function with a return
 address of 0 and lets it run; only the injector puts the registers back. An injector killed
 during a call would leave the kernel to detach the thread as it is: the function returns to
 address 0 and the target dies of SIGSEGV. So the ptrace session runs in a helper process of its
-own session (``inject._via_ptrace``), which a kill of the caller does not interrupt.
+own session (``inject.ptrace.via_ptrace``), which a kill of the caller does not interrupt.
 
 Measured on the 2-core dev machine (Python 3.11 target, seed 1): before the helper process, 6
 target crashes (SIGSEGV) in 40 attempts; with it, 0 in 40 (all 40 killed the caller while the

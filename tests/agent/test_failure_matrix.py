@@ -44,7 +44,7 @@ def waiting_for_safe_point(pid: int) -> bool:
 
 
 def ptrace_helpers() -> list[int]:
-    """Pids of the injector's ptrace helper processes still running (inject._via_ptrace)."""
+    """Pids of the injector's ptrace helper processes still running (inject.ptrace.via_ptrace)."""
     out = subprocess.run(["pgrep", "-f", "infertop.agent.inject --ptrace-session"],
                          capture_output=True, text=True).stdout  # fmt: skip
     return [int(x) for x in out.split()]

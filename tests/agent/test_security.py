@@ -135,13 +135,13 @@ def test_boot_file_is_written_only_into_the_checked_directory(tmp_path):
     a directory that user owns)."""
     import os
 
-    from infertop.agent.inject import _write_boot_file
+    from infertop.agent.inject.boot import write_boot_file
 
     real = tmp_path / "infertop-x"
     real.mkdir(mode=0o700)
     real.chmod(0o700)
     uid, gid = os.geteuid(), os.getegid()
-    _write_boot_file(str(real / "boot-1.py"), "pass\n", uid, gid)
+    write_boot_file(str(real / "boot-1.py"), "pass\n", uid, gid)
     assert (real / "boot-1.py").read_text() == "pass\n"
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir(mode=0o700)
@@ -149,9 +149,9 @@ def test_boot_file_is_written_only_into_the_checked_directory(tmp_path):
     swapped = tmp_path / "infertop-y"
     swapped.symlink_to(elsewhere)
     with pytest.raises(OSError):
-        _write_boot_file(str(swapped / "boot-2.py"), "pass\n", uid, gid)
+        write_boot_file(str(swapped / "boot-2.py"), "pass\n", uid, gid)
     assert list(elsewhere.iterdir()) == []
     real.chmod(0o755)
     with pytest.raises(OSError):
-        _write_boot_file(str(real / "boot-3.py"), "pass\n", uid, gid)
+        write_boot_file(str(real / "boot-3.py"), "pass\n", uid, gid)
     assert not (real / "boot-3.py").exists()

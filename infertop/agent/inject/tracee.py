@@ -9,7 +9,7 @@ thread comes back exactly as it was.
 Only one thread (the one we call on, normally the main thread) is stopped, for a few
 milliseconds; the other threads keep running. A call that does not return in time (e.g. a
 lock the interrupted thread itself holds) is abandoned: the thread is interrupted again and its
-registers restored, as if nothing had happened.
+registers restored, as if nothing had happened. Which address to call comes from ``elf.py``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import errno
 import os
 import struct
 import time
-from dataclasses import dataclass
 
 PTRACE_CONT = 7
 PTRACE_DETACH = 17
@@ -43,9 +42,10 @@ FAULT_SIGNALS = frozenset((4, 5, 7, 8, 11))  # SIGILL SIGTRAP SIGBUS SIGFPE SIGS
 XSTATE_BUF = 1 << 16
 
 _REG_NAMES = (
-    "r15 r14 r13 r12 rbp rbx r11 r10 r9 r8 rax rcx rdx rsi rdi orig_rax rip cs eflags rsp ss "
-    "fs_base gs_base ds es fs gs"
-).split()
+    "r15", "r14", "r13", "r12", "rbp", "rbx", "r11", "r10", "r9", "r8", "rax", "rcx", "rdx",
+    "rsi", "rdi", "orig_rax", "rip", "cs", "eflags", "rsp", "ss", "fs_base", "gs_base", "ds",
+    "es", "fs", "gs",
+)  # struct user_regs_struct, in order
 
 
 class UserRegs(ctypes.Structure):
@@ -86,7 +86,7 @@ def supported() -> str | None:
     """Why this injector cannot run here (None when it can)."""
     machine = os.uname().machine
     if machine not in ("x86_64", "amd64"):
-        return "the built-in injector supports x86-64 only (this machine is %s)" % machine
+        return f"the built-in injector supports x86-64 only (this machine is {machine})"
     if struct.calcsize("P") != 8:
         return "the built-in injector needs a 64-bit Python"
     return None
@@ -95,120 +95,13 @@ def supported() -> str | None:
 def _ptrace(request: int, tid: int, addr: int = 0, data: int | ctypes.c_void_p | None = 0) -> int:
     lib = _lib()
     ctypes.set_errno(0)
-    res = lib.ptrace(request, tid, ctypes.c_void_p(addr), data if isinstance(data, ctypes.c_void_p) else ctypes.c_void_p(data or 0))
+    arg = data if isinstance(data, ctypes.c_void_p) else ctypes.c_void_p(data or 0)
+    res = lib.ptrace(request, tid, ctypes.c_void_p(addr), arg)
     if res == -1:
         err = ctypes.get_errno()
         if err:
-            raise PtraceError("ptrace(%d) on %d: %s" % (request, tid, os.strerror(err)), err)
+            raise PtraceError(f"ptrace({request:d}) on {tid:d}: {os.strerror(err)}", err)
     return res
-
-
-# ---------------------------------------------------------------------------------------------
-# symbols
-
-
-@dataclass
-class Mapping:
-    start: int
-    end: int
-    offset: int
-    path: str
-
-
-def read_maps(pid: int) -> list[Mapping]:
-    out = []
-    with open("/proc/%d/maps" % pid, "r", encoding="utf-8", errors="replace") as fh:
-        for line in fh:
-            parts = line.split(None, 5)
-            if len(parts) < 6:
-                continue
-            lo, hi = parts[0].split("-")
-            path = parts[5].strip()
-            if not path.startswith("/"):
-                continue
-            out.append(Mapping(int(lo, 16), int(hi, 16), int(parts[2], 16), path))
-    return out
-
-
-def elf_symbols(path: str, names: set[str]) -> dict[str, tuple[int, int]]:
-    """{name: (st_value, st_info type)} for the wanted names, from .dynsym (then .symtab)."""
-    found: dict[str, tuple[int, int]] = {}
-    with open(path, "rb") as fh:
-        ident = fh.read(64)
-        if len(ident) < 64 or ident[:4] != b"\x7fELF":
-            raise PtraceError("%s is not an ELF file" % path)
-        if ident[4] != 2 or ident[5] != 1:
-            raise PtraceError("%s is not a 64-bit little-endian ELF file" % path)
-        (e_shoff,) = struct.unpack_from("<Q", ident, 40)
-        e_shentsize, e_shnum = struct.unpack_from("<HH", ident, 58)
-        if not e_shoff or not e_shnum:
-            return found
-        fh.seek(e_shoff)
-        raw = fh.read(e_shentsize * e_shnum)
-        sections = []
-        for i in range(e_shnum):
-            sh = struct.unpack_from("<IIQQQQIIQQ", raw, i * e_shentsize)
-            sections.append(sh)  # name type flags addr offset size link info align entsize
-        for wanted_type in (11, 2):  # SHT_DYNSYM, then SHT_SYMTAB
-            for sh in sections:
-                if sh[1] != wanted_type:
-                    continue
-                strtab = sections[sh[6]]
-                fh.seek(strtab[4])
-                strings = fh.read(strtab[5])
-                fh.seek(sh[4])
-                table = fh.read(sh[5])
-                entsize = sh[9] or 24
-                for off in range(0, len(table) - entsize + 1, entsize):
-                    st_name, st_info, _other, st_shndx, st_value, _size = struct.unpack_from(
-                        "<IBBHQQ", table, off
-                    )
-                    if not st_value or st_shndx == 0:
-                        continue
-                    end = strings.find(b"\0", st_name)
-                    name = strings[st_name:end].decode("ascii", "replace")
-                    if name in names and name not in found:
-                        found[name] = (st_value, st_info & 0xF)
-            if len(found) == len(names):
-                break
-    return found
-
-
-def resolve(pid: int, path: str, names: set[str], mappings: list[Mapping]) -> dict[str, int]:
-    """Absolute addresses, in process ``pid``, of the named functions/data of ``path``."""
-    local = "/proc/%d/root%s" % (pid, path)
-    if not os.path.exists(local):
-        local = path
-    symbols = elf_symbols(local, names)
-    bias = load_bias(local, path, mappings)
-    out = {}
-    for name, (value, typ) in symbols.items():
-        if typ == 10:  # STT_GNU_IFUNC: the value is a resolver, not the function
-            continue
-        out[name] = bias + value
-    return out
-
-
-def load_bias(local: str, path: str, mappings: list[Mapping]) -> int:
-    """Where ``path`` is loaded: its offset-0 mapping minus its lowest PT_LOAD address
-    (``local`` is the same file as seen from here, e.g. through /proc/PID/root)."""
-    starts = [m.start for m in mappings if m.path == path and m.offset == 0]
-    if not starts:
-        raise PtraceError("%s has no offset-0 mapping" % path)
-    with open(local, "rb") as fh:
-        hdr = fh.read(64)
-        (e_phoff,) = struct.unpack_from("<Q", hdr, 32)
-        e_phentsize, e_phnum = struct.unpack_from("<HH", hdr, 54)
-        fh.seek(e_phoff)
-        raw = fh.read(e_phentsize * e_phnum)
-    lowest = None
-    for i in range(e_phnum):
-        p_type, _flags, _off, p_vaddr = struct.unpack_from("<IIQQ", raw, i * e_phentsize)
-        if p_type == 1 and (lowest is None or p_vaddr < lowest):
-            lowest = p_vaddr
-    if lowest is None:
-        raise PtraceError("%s has no loadable segment" % path)
-    return min(starts) - (lowest & ~0xFFF)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -233,7 +126,7 @@ class Tracee:
 
     # -- attach / detach ----------------------------------------------------------------------
 
-    def __enter__(self) -> Tracee:
+    def __enter__(self) -> Tracee:  # noqa: PYI034 - never subclassed
         self.attach()
         return self
 
@@ -261,7 +154,7 @@ class Tracee:
             self.stopped_at = time.monotonic()
             self.saved_regs = self.get_regs()
             self._save_fpu()
-            self.mem_fd = os.open("/proc/%d/mem" % self.pid, os.O_RDWR)
+            self.mem_fd = os.open(f"/proc/{self.pid:d}/mem", os.O_RDWR)
         except BaseException:
             self.detach()
             raise
@@ -298,7 +191,7 @@ class Tracee:
             pid, status = os.waitpid(self.tid, WALL | os.WNOHANG)
             if pid == 0:
                 if time.monotonic() > deadline:
-                    raise CallTimeout("thread %d did not stop within %.1f s" % (self.tid, timeout))
+                    raise CallTimeout(f"thread {self.tid:d} did not stop within {timeout:.1f} s")
                 time.sleep(0.0005)
                 continue
             if os.WIFEXITED(status) or os.WIFSIGNALED(status):
@@ -334,7 +227,8 @@ class Tracee:
         buf = ctypes.create_string_buffer(XSTATE_BUF)
         iov = IoVec(ctypes.cast(buf, ctypes.c_void_p), XSTATE_BUF)
         try:
-            _ptrace(PTRACE_GETREGSET, self.tid, NT_X86_XSTATE, ctypes.c_void_p(ctypes.addressof(iov)))
+            iov_p = ctypes.c_void_p(ctypes.addressof(iov))
+            _ptrace(PTRACE_GETREGSET, self.tid, NT_X86_XSTATE, iov_p)
             self.saved_xstate = buf.raw[: iov.iov_len]
             return
         except PtraceError:
@@ -347,7 +241,8 @@ class Tracee:
         if self.saved_xstate is not None:
             buf = ctypes.create_string_buffer(self.saved_xstate, len(self.saved_xstate))
             iov = IoVec(ctypes.cast(buf, ctypes.c_void_p), len(self.saved_xstate))
-            _ptrace(PTRACE_SETREGSET, self.tid, NT_X86_XSTATE, ctypes.c_void_p(ctypes.addressof(iov)))
+            iov_p = ctypes.c_void_p(ctypes.addressof(iov))
+            _ptrace(PTRACE_SETREGSET, self.tid, NT_X86_XSTATE, iov_p)
         elif self.saved_fp is not None:
             fp = ctypes.create_string_buffer(self.saved_fp, 512)
             _ptrace(PTRACE_SETFPREGS, self.tid, 0, ctypes.c_void_p(ctypes.addressof(fp)))
@@ -355,7 +250,7 @@ class Tracee:
     def write(self, addr: int, data: bytes) -> None:
         written = os.pwrite(self.mem_fd, data, addr)
         if written != len(data):
-            raise PtraceError("short write to %#x" % addr)
+            raise PtraceError(f"short write to {addr:#x}")
 
     def read(self, addr: int, size: int) -> bytes:
         return os.pread(self.mem_fd, size, addr)
@@ -385,10 +280,11 @@ class Tracee:
             # abandon the call: stop the thread again; detach() restores its registers
             _ptrace(PTRACE_INTERRUPT, self.tid, 0, 0)
             self._wait_stop(self.stop_timeout, want_interrupt=True)
-            raise CallTimeout("the call did not return within %.1f s; abandoned" % timeout) from None
+            why = f"the call did not return within {timeout:.1f} s; abandoned"
+            raise CallTimeout(why) from None
         after = self.get_regs()
         if sig == SIGSEGV and after.rip == 0:
             return after.rax
         raise PtraceError(
-            "the call stopped with signal %d at %#x instead of returning" % (sig, after.rip)
+            f"the call stopped with signal {sig:d} at {after.rip:#x} instead of returning"
         )
