@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from infertop.analysis.ops import OpTotals
 from infertop.analysis.processes import roles
-from infertop.analysis.session import Session, WindowSummary, split_by_pid
+from infertop.analysis.session import Session
+from infertop.analysis.windows import WindowSummary, split_by_pid
 from infertop.model.events import AllocatorReading
 
 

@@ -25,9 +25,10 @@ from infertop.analysis.process_view import (
     process_op_totals,
 )
 from infertop.analysis.processes import exit_times
-from infertop.analysis.session import Session, WindowSummary, WindowTotals
+from infertop.analysis.session import Session
 from infertop.analysis.shares import StageShare, stage_shares
 from infertop.analysis.stages import IDLE
+from infertop.analysis.windows import WindowSummary, WindowTotals
 from infertop.model.events import (
     AllocatorReading,
     CollectorStatus,
