@@ -10,9 +10,7 @@ from infertop.analysis.session_findings import snapshot_input
 from infertop.analysis.snapshot import Snapshot
 from infertop.analysis.stages import IDLE
 from infertop.config import FindingThresholds
-
-REPORT_VERSION = 2  # 2: stages[].share is the wall share, cpu_share version 1's share
-TOP_OPS = 50
+from infertop.report.schema import REPORT_VERSION, TOP_OPS
 
 
 def _r(x: float, nd: int = 6) -> float:

@@ -15,12 +15,10 @@ from typing import Any
 from infertop.analysis.findings import evaluate
 from infertop.analysis.trace_findings import trace_input
 from infertop.config import Config, FindingThresholds
+from infertop.report.schema import REPORT_VERSION, TOP_OPS
 from infertop.trace.files import trace_files
 from infertop.trace.gpu import summarize_gpu
 from infertop.trace.table import KinetoTrace, read_trace
-
-TOP_OPS = 50
-REPORT_VERSION = 1  # the same schema as report/build.py
 
 
 def _one(
