@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from infertop.analysis.trace_ops import OpRow, OutsideOps
+from infertop.analysis.trace_ops import OutsideOps
 from infertop.config import FindingThresholds
+from infertop.model.rows import OpRow
 from infertop.trace.gpu import GpuSummary, quantile
 
 if TYPE_CHECKING:  # a type only: a trace report need not load the NVML series module

@@ -12,41 +12,12 @@ from dataclasses import dataclass
 
 from infertop.analysis.flame import FlameNode
 from infertop.model.events import Frame, KernelStat, OpPath, OpTime, OpWindow, SyncStat
+from infertop.model.rows import MemcpyRow, OpRow
 
 KINDS = ("compute", "memory", "communication")
 DEVICE_FILE = "cuda"  # ``Frame.file`` of a kernel/copy leaf in the device flame ("" for ops)
 
 PathKey = tuple[tuple[str, ...], str, str, "str | None"]  # names, stage, device, shapes
-
-
-@dataclass(frozen=True, slots=True)
-class OpRow:
-    """One line of the ops table: an op (or kernel) name in one stage, on one device."""
-
-    name: str
-    device: str
-    stage: str
-    count: int
-    total_us: float
-    self_us: float
-    shapes: str | None = None  # the shapes that took the most self time, if recorded
-
-    @property
-    def mean_us(self) -> float:
-        return self.total_us / self.count if self.count else 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class MemcpyRow:
-    kind: str
-    host_memory: str
-    count: int
-    bytes: int
-    total_us: float
-
-    @property
-    def mean_gbps(self) -> float:
-        return self.bytes / self.total_us / 1e3 if self.total_us > 0 else 0.0
 
 
 @dataclass(frozen=True)
@@ -233,7 +204,7 @@ def ops_table(paths: Iterable[OpPath], stage_filter: str | None = None) -> list[
     for key, (c, total, self_us) in rows.items():
         per = shapes.get(key)
         top = max(per.items(), key=lambda kv: kv[1])[0] if per else None
-        out.append(OpRow(key[0], key[1], key[2], int(c), total, self_us, top))
+        out.append(OpRow(key[0], key[1], int(c), total, self_us, key[2], top))
     out.sort(key=lambda r: (-r.self_us, r.name, r.stage))
     return out
 

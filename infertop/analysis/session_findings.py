@@ -13,9 +13,9 @@ from infertop.analysis.findings import FindingInput, MemoryState
 from infertop.analysis.gpu_series import NvmlBusy, memory_summary, nvml_busy
 from infertop.analysis.snapshot import Snapshot
 from infertop.analysis.stages import IDLE
-from infertop.analysis.trace_ops import OpRow, OutsideOps
+from infertop.analysis.trace_ops import OutsideOps
+from infertop.model.rows import OpRow
 from infertop.trace.gpu import GpuSummary
-from infertop.trace.gpu import MemcpyRow as TraceMemcpyRow
 
 
 def _merged_ops(snap: Snapshot) -> tuple[OpRow, ...]:
@@ -48,9 +48,7 @@ def snapshot_input(snap: Snapshot) -> FindingInput:
             busy_us=g.busy_us,
             span_us=g.span_us,
             gaps=(),
-            memcpy=tuple(
-                TraceMemcpyRow(m.kind, m.host_memory, m.count, m.bytes, m.total_us) for m in g.memcpy
-            ),
+            memcpy=tuple(g.memcpy),
             sync_events=0,
             sync_us=0.0,
             sync_calls={},

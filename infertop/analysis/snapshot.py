@@ -13,7 +13,6 @@ from infertop.analysis.gpu_series import GpuAccumulator, GpuView, gpu_view
 from infertop.analysis.ops import (
     GpuWork,
     OpAccumulator,
-    OpRow,
     device_flame,
     gpu_work,
     ops_table,
@@ -36,6 +35,7 @@ from infertop.model.events import (
     TargetExited,
     TargetInfo,
 )
+from infertop.model.rows import OpRow
 
 if TYPE_CHECKING:
     from infertop.analysis.findings import Finding

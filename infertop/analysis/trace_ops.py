@@ -11,25 +11,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from infertop.model.rows import OpRow
 from infertop.trace.table import CAT, KinetoTrace
 
 STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 #: with no ProfilerStep marks, top-level ops less than this apart are one stretch of model
 #: work and a longer gap is another stage or waiting: the agent's ``OP_GAP_NS`` in µs
 OP_GAP_US = 1000.0
-
-
-@dataclass(frozen=True)
-class OpRow:
-    name: str
-    device: str  # cpu | cuda
-    count: int
-    total_us: float
-    self_us: float
-
-    @property
-    def mean_us(self) -> float:
-        return self.total_us / self.count if self.count else 0.0
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from infertop.agent.payload import memcpy_kind as agent_memcpy_kind
+from infertop.model.rows import MemcpyRow
 from infertop.trace.table import CAT, GPU_CATS, KinetoTrace, distinct
 
 SYNC_RUNTIME = (
@@ -21,19 +22,6 @@ SYNC_RUNTIME = (
     "cudaEventSynchronize",
     "cudaStreamWaitEvent",
 )
-
-
-@dataclass(frozen=True)
-class MemcpyRow:
-    kind: str  # HtoD | DtoH | DtoD | HtoH | memset
-    host_memory: str  # pageable | pinned | device | unknown
-    count: int
-    bytes: int
-    total_us: float
-
-    @property
-    def mean_gbps(self) -> float:
-        return self.bytes / (self.total_us * 1e3) if self.total_us > 0 else 0.0
 
 
 @dataclass(frozen=True)

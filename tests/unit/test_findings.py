@@ -9,9 +9,10 @@ import pytest
 
 from infertop.analysis.findings import RULES, FindingInput, MemoryState, evaluate
 from infertop.analysis.trace_findings import trace_input
-from infertop.analysis.trace_ops import OpRow, OutsideOps
+from infertop.analysis.trace_ops import OutsideOps
 from infertop.config import FindingThresholds
-from infertop.trace.gpu import GpuSummary, MemcpyRow
+from infertop.model.rows import MemcpyRow, OpRow
+from infertop.trace.gpu import GpuSummary
 from infertop.trace.table import read_trace
 from tests.support import data
 

@@ -16,8 +16,8 @@ from textual.geometry import Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from infertop.analysis.ops import OpRow
 from infertop.analysis.snapshot import Snapshot
+from infertop.model.rows import OpRow
 from infertop.tui.palette import stage_color
 
 # (title, width, right-aligned) after the name column; shapes take what is left
