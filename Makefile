@@ -23,4 +23,4 @@ test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow"
 
 bench: $(STAMP)
-	$(PY) tests/bench/bench_overhead.py
+	$(PY) benchmarks/bench_overhead.py

@@ -433,7 +433,7 @@ def test_stopped_process_is_refused(targets):
 def test_sigkill_of_the_injector_never_kills_the_target():
     """infertop SIGKILLed while its injection holds the target's main thread (10 aimed kills,
     0-4 ms after the target is seized): the target lives on every time."""
-    script = ROOT / "tests" / "agent" / "stress_sigkill_inject.py"
+    script = ROOT / "scripts" / "stress" / "stress_sigkill_inject.py"
     r = subprocess.run([VENV_PY, str(script), "--attempts", "10", "--seed", "3"],
                        capture_output=True, text=True, timeout=300)  # fmt: skip
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]

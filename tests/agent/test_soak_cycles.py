@@ -1,7 +1,7 @@
 """Soak: 50 attach/detach cycles of infertop's own agent collector (``AgentAttach``: injection,
 then the real client) on one target. After every cycle the target has exactly its threads,
 fds and sockets again, and so does infertop (this process); memory on both sides stays
-bounded. The 30-minute attached session is ``tests/bench/soak.py`` (docs/performance.md).
+bounded. The 30-minute attached session is ``benchmarks/soak.py`` (docs/performance.md).
 """
 
 from __future__ import annotations

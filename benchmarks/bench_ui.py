@@ -1,13 +1,13 @@
 """UI responsiveness and infertop's own cost while attached to a busy 8-thread target.
 
 Runs the real live app (headless Textual driver, real py-spy, real aggregation) against
-tests/bench/busy_target.py and measures, side by side in one run:
+benchmarks/busy_target.py and measures, side by side in one run:
   - UI loop: a 20 Hz heartbeat timer on the app — achieved rate and worst stall;
   - snapshots drawn per second;
   - key latency: time for the app to handle a key press (p50 / p95 / max);
   - infertop's CPU (this process + py-spy) and memory.
 
-    python tests/bench/bench_ui.py [--seconds 30] [--threads 8]
+    python benchmarks/bench_ui.py [--seconds 30] [--threads 8]
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import psutil
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from infertop.collect.target import inspect_target  # noqa: E402
@@ -103,7 +103,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=30.0)
     ap.add_argument("--threads", type=int, default=8)
     args = ap.parse_args()
-    target = subprocess.Popen([sys.executable, str(ROOT / "tests/bench/busy_target.py"), str(args.threads)])
+    target = subprocess.Popen([sys.executable, str(ROOT / "benchmarks/busy_target.py"), str(args.threads)])
     try:
         time.sleep(1.5)
         r = asyncio.run(measure(target.pid, args.seconds))

@@ -2,7 +2,7 @@
 window, an op window every 10 s): events written per second, output size, and peak Python
 memory (tracemalloc, a second run) for Chrome (plain and gzip) and speedscope.
 
-    .venv/bin/python tests/bench/bench_export.py [WINDOWS]     # 1600 windows ≈ 1.7M events
+    .venv/bin/python benchmarks/bench_export.py [WINDOWS]     # 1600 windows ≈ 1.7M events
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from support.recordings import write_busy
+from tests.support.recordings import write_busy
 
 from infertop.export.run import export
 

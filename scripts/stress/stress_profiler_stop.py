@@ -1,6 +1,6 @@
 """Stress of torch.profiler windows across threads: does the process survive? (not collected)
 
-    python tests/agent/stress_profiler_stop.py [--windows 800] [--window 0.3] [--plain]
+    python scripts/stress/stress_profiler_stop.py [--windows 800] [--window 0.3] [--plain]
 
 Two threads run small ops (transposes, dtype round trips, matmuls) without pause while a third
 starts and stops all-threads profiler windows back to back, the way the agent does

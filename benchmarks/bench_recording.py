@@ -6,7 +6,7 @@ bytes per minute, time to read the file, and time to the first frame of replay (
 building the session, building the first snapshot — what `infertop replay` does before
 drawing).
 
-    python tests/bench/bench_recording.py [--source FILE] [--minutes 60]
+    python benchmarks/bench_recording.py [--source FILE] [--minutes 60]
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from infertop.analysis.snapshot import build_snapshot  # noqa: E402

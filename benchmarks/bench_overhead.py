@@ -6,12 +6,12 @@ drifts of the machine hit both sides alike. Prints a table and the ratio attache
 While attached it also measures infertop's own CPU (infertop + its py-spy children) and peak
 memory.
 
-    python tests/bench/bench_overhead.py [--rounds 4] [--phase 8] [--sample textgen_service]
+    python benchmarks/bench_overhead.py [--rounds 4] [--phase 8] [--sample textgen_service]
 
 Several settings side by side in one run (each round runs detached and every mode, in an order
 that rotates from round to round; every mode's ratio is to the detached phases of its rounds):
 
-    python tests/bench/bench_overhead.py --mode "infertop=infertop" \
+    python benchmarks/bench_overhead.py --mode "infertop=infertop" \
         --mode "infertop 50 Hz=infertop:--rate 50" --mode "py-spy 100 Hz=py-spy:--rate 100"
 """
 
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import psutil
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def read_requests(path: str) -> tuple[float, int]:

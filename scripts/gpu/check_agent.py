@@ -2,7 +2,7 @@
 
 Run it on a machine with an NVIDIA GPU and a CUDA build of torch, from the repository root::
 
-    python tests/gpu/check_agent.py [--seconds 12] [--json out.json]
+    python scripts/gpu/check_agent.py [--seconds 12] [--json out.json]
 
 It starts a CUDA workload (a small MLP fed by pageable *and* pinned host->device copies, with
 device->host copies, a device->device clone, a memset and a .item() sync each step), injects the

@@ -1,7 +1,7 @@
 """SIGKILL of the injector while it holds the target's main thread: does the target survive?
 (not collected)
 
-    python tests/agent/stress_sigkill_inject.py [--attempts 40] [--seed 1]
+    python scripts/stress/stress_sigkill_inject.py [--attempts 40] [--seed 1]
 
 A target without torch (tests/agent/targets/spans_target.py) runs; again and again, a separate
 process calls ``inject(pid, require_torch=False)`` (the built-in ptrace caller) and is killed

@@ -9,7 +9,7 @@ torch-profiler window (the agent's default period). Every
 5 simulated minutes it builds a snapshot the way the ingest worker does and prints the process
 RSS, what the session holds and how long the snapshot took.
 
-    python tests/bench/bench_session_memory.py [--minutes 60] [--retain 300] [--unbounded]
+    python benchmarks/bench_session_memory.py [--minutes 60] [--retain 300] [--unbounded]
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from pathlib import Path
 
 import psutil
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tui"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "tui"))
 
 from gpu_data import gpu_readings  # tests/tui's own import style
 

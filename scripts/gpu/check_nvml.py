@@ -1,6 +1,6 @@
 """For a machine with an NVIDIA GPU: read NVML the way infertop does, print it, fail on gaps.
 
-    python tests/gpu/check_nvml.py [--pid PID] [--ticks 4] [--capture FIXTURE.json]
+    python scripts/gpu/check_nvml.py [--pid PID] [--ticks 4] [--capture FIXTURE.json]
 
 Exits 1 when NVML is unavailable or a metric every supported GPU should give is missing
 (memory, utilisation, PCIe, clocks, power, temperature, throttle reasons; GPM on Hopper+),
@@ -73,7 +73,7 @@ def main() -> int:
                             "tensor_util": r.devices[i].tensor_util or 0.0},
                 } for r in readings],
             })  # fmt: skip
-        Path(args.capture).write_text(json.dumps({"provenance": "captured by tests/gpu/check_nvml.py", "devices": devices}, indent=1))
+        Path(args.capture).write_text(json.dumps({"provenance": "captured by scripts/gpu/check_nvml.py", "devices": devices}, indent=1))
         print(f"wrote {args.capture}")
     reader.close()
     return 1 if failed or not pipeline(args.pid) else 0

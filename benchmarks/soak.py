@@ -1,6 +1,6 @@
 """Soak: one target, one long attached session; the target's and infertop's resources over time.
 
-    python tests/bench/soak.py [--minutes 30] [--every 30] [--mode ui|record] [--sample NAME]
+    python benchmarks/soak.py [--minutes 30] [--every 30] [--mode ui|record] [--sample NAME]
 
 Starts the sample (``samples/``), attaches infertop to it (``ui``: ``infertop attach`` in a tmux
 terminal of 120x40; ``record``: ``infertop record`` headless), and every ``--every`` seconds prints
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import psutil
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
 
 

@@ -7,7 +7,7 @@ ptrace); its voluntary context switches count the stops. So a busy machine's pre
 not count as a stop. Each phase starts a fresh probe and attaches a sampler (none,
 ``py-spy record`` at a rate, or ``infertop record --no-inject`` at a rate); phases rotate.
 
-    python tests/bench/bench_pause.py [--rates 100,50,25] [--threads 7] [--phase 8] [--rounds 3]
+    python benchmarks/bench_pause.py [--rates 100,50,25] [--threads 7] [--phase 8] [--rounds 3]
         [--tools py-spy,infertop,infertop/w5,infertop/c1]
     (infertop/wN: py-spy windows of N s; infertop/cN: every Nth window a CPU window, the rest
     wall windows, non-blocking; c1: CPU windows only, as before wall windows)
@@ -24,7 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 PROBE = r"""
 import json, sys, threading, time

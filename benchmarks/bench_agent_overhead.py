@@ -1,6 +1,6 @@
 """Throughput cost of the agent on a busy torch CPU target (not collected by pytest).
 
-    python tests/agent/bench_agent_overhead.py [--window S] [--period S] [--max-events N]
+    python benchmarks/bench_agent_overhead.py [--window S] [--period S] [--max-events N]
         [--size N] [--off S] [--on S] [--rounds N]
 
 Starts ``targets/torch_loop.py`` with the agent armed (the same payload an injection runs; the
@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
+ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
 from infertop.agent import protocol as P  # noqa: E402
@@ -82,7 +82,7 @@ def main() -> int:
     tag = "%d-%d" % (os.getpid(), time.time())
     counter, trace = "/tmp/infertop-bench-%s.json" % tag, "/tmp/infertop-bench-%s.trace" % tag
     proc = subprocess.Popen(
-        [sys.executable, str(HERE / "targets" / "torch_loop.py"), "--counter", counter, "--arm",
+        [sys.executable, str(ROOT / "tests" / "agent" / "targets" / "torch_loop.py"), "--counter", counter, "--arm",
          "--size", str(args.size), "--trace", trace, "--workers", str(args.workers)],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip

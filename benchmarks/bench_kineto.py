@@ -4,7 +4,7 @@ HTA (PyPI ``holistictraceanalysis``, pandas-based) is the reference analysis. It
 bench-only dependency, installed in its own venv so it never touches infertop's:
 
     python3 -m venv /tmp/htavenv && /tmp/htavenv/bin/pip install holistictraceanalysis
-    python tests/bench/bench_kineto.py [--trace tests/data/traces/a100_80gb_rank0.json.gz]
+    python benchmarks/bench_kineto.py [--trace tests/data/traces/a100_80gb_rank0.json.gz]
                                        [--hta-python /tmp/htavenv/bin/python] [--repeat 3]
 
 Measures wall time of whole processes (start-up included, as a user runs them):
@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 HTA_SCRIPT = """
 import sys, time, logging
 logging.disable(logging.WARNING)

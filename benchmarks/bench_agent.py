@@ -9,12 +9,12 @@ rates over the same seconds: the machine's swings hit both alike, and the ratio 
                   defaults (a 0.25 s torch.profiler window every 10 s), no py-spy;
 - ``infertop``    ``infertop record PID`` as a user runs it: py-spy at its default rate and the agent;
 - ``continuous``  one ``torch.profiler.profile()`` held around the whole run
-                  (tests/bench/profiled_launch.py), CPU ops on all threads.
+                  (benchmarks/profiled_launch.py), CPU ops on all threads.
 
 The phase starts once both serve, and is long enough for several agent windows (its cost
 comes in bursts).
 
-    python tests/bench/bench_agent.py [--rounds 2] [--phase 30] [--sample textgen_service]
+    python benchmarks/bench_agent.py [--rounds 2] [--phase 30] [--sample textgen_service]
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "bench"))
 
@@ -42,7 +42,7 @@ MODES = ("none", "agent", "infertop", "continuous")
 
 
 def start_sample(mode: str, sample: str, truth: str) -> subprocess.Popen:
-    pre = [str(ROOT / "tests" / "bench" / "profiled_launch.py")] if mode == "continuous" else ["-m"]
+    pre = [str(ROOT / "benchmarks" / "profiled_launch.py")] if mode == "continuous" else ["-m"]
     return subprocess.Popen(
         [sys.executable, *pre, f"samples.{sample}", "--truth", truth],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

@@ -1,7 +1,7 @@
 """Run a sample under one continuous torch.profiler session: the usual way people profile a
 service (a ``torch.profiler.profile()`` around the serving loop), for comparison with the agent.
 
-    python tests/bench/profiled_launch.py MODULE [ARGS...]
+    python benchmarks/profiled_launch.py MODULE [ARGS...]
 
 The profiler records CPU ops on every thread (``profile_all_threads``, as the agent does) from
 start to exit; it is never stopped (the bench terminates the process), so what is measured is
