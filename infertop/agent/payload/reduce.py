@@ -38,12 +38,36 @@ from infertop.agent.payload.events import (
 def reduce_events(events, t_start, t_end, device_profiled=None):
     """Aggregate one window's events into the ``window`` message fields.
 
-    ``events`` is an iterable of event tuples (see above); ``t_start``/``t_end`` the window in
-    unix seconds. ``device_profiled`` says whether device activity was being recorded (decides
-    whether ``aten::item`` counts as a device sync); None: whenever any device event is present.
-    Returns a dict with ``paths``, ``kernels``, ``memcpy``, ``syncs``, ``annotations``, ``gpu``.
+    ``events`` is an iterable of event tuples (see ``events.py``); ``t_start``/``t_end`` the
+    window in unix seconds. ``device_profiled`` says whether device activity was being recorded
+    (decides whether ``aten::item`` counts as a device sync); None: whenever any device event is
+    present. Returns a dict with ``paths``, ``kernels``, ``memcpy``, ``syncs``, ``annotations``,
+    ``gpu``, ``op_time``.
+
+    The phases, in order: sort the events by kind; the device syncs; per thread, nest the CPU
+    ops by time and place the runtime calls under them; mark the ops that waited on the device;
+    aggregate the ops by call path; hang the device work under the ops that launched it; the
+    rows of the message.
     """
-    cpu_by_tid = {}  # CPU ops, annotations and runtime calls, per thread
+    cpu_by_tid, gpu, runtime, sync_events = _events_by_kind(events)
+    if device_profiled is None:
+        device_profiled = bool(gpu or runtime or sync_events)
+    sync_agg = _sync_table(runtime, sync_events)
+    intern, path_of = _path_trie()
+    ops = _nest_ops(cpu_by_tid, intern, sync_item=device_profiled)
+    _spread_syncs(ops)
+    agg = _op_table(ops)
+    kern, copies, intervals = _device_tables(gpu, ops, intern, agg)
+    fields = _rows(path_of, agg, kern, copies, sync_agg, ops.annotations)
+    fields["gpu"] = gpu_busy(intervals, t_start, t_end) if intervals else None
+    fields["op_time"] = op_time(ops.tops_by_tid, stops=not device_profiled)
+    return fields
+
+
+def _events_by_kind(events):
+    """(CPU ops, annotations and runtime calls per thread, device work, runtime calls, CUDA
+    sync events); events of other kinds are dropped."""
+    cpu_by_tid = {}
     gpu = []
     runtime = []
     sync_events = []
@@ -60,10 +84,11 @@ def reduce_events(events, t_start, t_end, device_profiled=None):
             gpu.append(ev)
         elif kind == "cuda_sync":
             sync_events.append(ev)
-    if device_profiled is None:
-        device_profiled = bool(gpu or runtime or sync_events)
+    return cpu_by_tid, gpu, runtime, sync_events
 
-    # device syncs: blocking runtime calls and CUDA sync events
+
+def _sync_table(runtime, sync_events):
+    """Device syncs, {name: [count, total ns]}: blocking runtime calls and CUDA sync events."""
     sync_agg = {}
     for ev in runtime:
         name = ev[EV_NAME]
@@ -82,8 +107,12 @@ def reduce_events(events, t_start, t_end, device_profiled=None):
         else:
             a[0] += 1
             a[1] += ev[EV_DUR]
+    return sync_agg
 
-    # call paths: per thread, nest ops by time; a path is interned as a node in a trie
+
+def _path_trie():
+    """Call paths interned as the nodes of a trie (node 0: the root). Returns ``intern(parent,
+    name)`` -> node and ``path_of(node)`` -> the names from the root down to the node."""
     node_ids = {}
     node_parent = [-1]
     node_name = [""]
@@ -97,20 +126,60 @@ def reduce_events(events, t_start, t_end, device_profiled=None):
             node_name.append(name)
         return node
 
-    rec_node = []
-    rec_name = []
-    rec_parent = []
-    rec_dur = []
-    rec_child = []
-    rec_stage = []
-    rec_shapes = []
-    rec_sync = []
-    op_by_id = {}
-    runtime_op = {}  # correlation id -> index of the op around the runtime call (or None)
+    names_cache = {}
+
+    def path_of(node):
+        names = names_cache.get(node)
+        if names is None:
+            rev = []
+            n = node
+            while n > 0:
+                rev.append(node_name[n])
+                n = node_parent[n]
+            rev.reverse()
+            names = names_cache[node] = rev
+        return names
+
+    return intern, path_of
+
+
+class _OpRecords:
+    """A window's CPU ops nested by time: one record per op, in parallel lists (an op's index is
+    its record), and what the nesting found on the way."""
+
+    def __init__(self):
+        self.node = []  # its call path's trie node
+        self.name = []
+        self.parent = []  # the record of the op around it, -1 at the top
+        self.dur = []
+        self.child = []  # ns spent in the ops under it
+        self.stage = []  # of the innermost annotation around it, or None
+        self.shapes = []
+        self.sync = []  # it waited on the device
+        self.by_id = {}  # the op's correlation id -> record
+        self.runtime_op = {}  # a runtime call's correlation id -> record of the op around it
+        self.tops_by_tid = {}  # tid -> [(start_ns, end_ns, name)] of its top-level ops
+        self.annotations = []  # (start_ns, name, tid, end_ns)
+
+
+def _nest_ops(cpu_by_tid, intern, sync_item):
+    """Per thread, nest the ops by time (an op lies under the op around it); runtime calls go
+    under the op around them, else under the op whose id they carry. ``sync_item``: ``SYNC_OPS``
+    wait on the device."""
+    ops = _OpRecords()
+    rec_node = ops.node
+    rec_name = ops.name
+    rec_parent = ops.parent
+    rec_dur = ops.dur
+    rec_child = ops.child
+    rec_stage = ops.stage
+    rec_shapes = ops.shapes
+    rec_sync = ops.sync
+    op_by_id = ops.by_id
+    runtime_op = ops.runtime_op
+    tops_by_tid = ops.tops_by_tid
+    annotations = ops.annotations
     unplaced = []  # runtime calls outside any op on their thread
-    annotations = []
-    sync_item = device_profiled
-    tops_by_tid = {}  # tid -> [(start_ns, end_ns)] of its top-level ops, in start order
     for tid, lst in cpu_by_tid.items():
         tops = tops_by_tid[tid] = []
         lst.sort(key=lambda e: (e[EV_START], -e[EV_DUR]))
@@ -169,28 +238,43 @@ def reduce_events(events, t_start, t_end, device_profiled=None):
         runtime_op[ev[EV_ID]] = op
         if op is not None and is_blocking_call(ev[EV_NAME]):
             rec_sync[op] = True
+    return ops
 
-    # an op that waited on the device makes the copy-like ops around it wait too
-    for idx in range(len(rec_node)):
+
+def _spread_syncs(ops):
+    """An op that waited on the device makes the copy-like ops around it wait too."""
+    rec_sync = ops.sync
+    rec_parent = ops.parent
+    rec_name = ops.name
+    for idx in range(len(rec_sync)):
         if rec_sync[idx]:
             p = rec_parent[idx]
             while p >= 0 and not rec_sync[p] and rec_name[p] in COPY_OPS:
                 rec_sync[p] = True
                 p = rec_parent[p]
 
-    def stage_of(idx):
-        stage = rec_stage[idx]
-        if stage is not None:
-            return stage
-        return "sync" if rec_sync[idx] else "forward"
 
+def _stage_of(ops, idx):
+    """An op's stage: its annotation's, else ``sync`` if it waited on the device, ``forward``."""
+    stage = ops.stage[idx]
+    if stage is not None:
+        return stage
+    return "sync" if ops.sync[idx] else "forward"
+
+
+def _op_table(ops):
+    """{(node, stage, "cpu", shapes): [count, total ns, self ns]} of the CPU ops."""
     agg = {}
+    rec_node = ops.node
+    rec_dur = ops.dur
+    rec_child = ops.child
+    rec_shapes = ops.shapes
     for idx in range(len(rec_node)):
         dur = rec_dur[idx]
         self_ns = dur - rec_child[idx]
         if self_ns < 0:
             self_ns = 0
-        key = (rec_node[idx], stage_of(idx), "cpu", rec_shapes[idx])
+        key = (rec_node[idx], _stage_of(ops, idx), "cpu", rec_shapes[idx])
         a = agg.get(key)
         if a is None:
             agg[key] = [1, dur, self_ns]
@@ -198,11 +282,18 @@ def reduce_events(events, t_start, t_end, device_profiled=None):
             a[0] += 1
             a[1] += dur
             a[2] += self_ns
+    return agg
 
-    # device work: leaves under the op that launched it; kernel table; copies; busy time
+
+def _device_tables(gpu, ops, intern, agg):
+    """Device work: each event a leaf under the op that launched it (added to ``agg``), the
+    kernel table, the copies and the busy intervals. Returns (kernels, copies, intervals)."""
     kern = {}
     copies = {}
     intervals = []
+    runtime_op = ops.runtime_op
+    op_by_id = ops.by_id
+    rec_node = ops.node
     for ev in gpu:
         name = ev[EV_NAME]
         dur = ev[EV_DUR]
@@ -211,7 +302,7 @@ def reduce_events(events, t_start, t_end, device_profiled=None):
             op = op_by_id.get(ev[EV_LINK])
         if op is not None:
             node = intern(rec_node[op], name)
-            stage = stage_of(op)
+            stage = _stage_of(ops, op)
         else:
             node = intern(0, name)
             stage = "forward"
@@ -236,7 +327,10 @@ def reduce_events(events, t_start, t_end, device_profiled=None):
         if ev[EV_KIND] != "kernel":
             ckind, host = memcpy_kind(name)
             if ckind is None:
-                ckind, host = ("memset", "unknown") if ev[EV_KIND] == "gpu_memset" else ("DtoD", "unknown")
+                if ev[EV_KIND] == "gpu_memset":
+                    ckind, host = "memset", "unknown"
+                else:
+                    ckind, host = "DtoD", "unknown"
             c = copies.get((ckind, host))
             if c is None:
                 copies[(ckind, host)] = [1, ev[EV_BYTES] or 0, dur]
@@ -245,21 +339,12 @@ def reduce_events(events, t_start, t_end, device_profiled=None):
                 c[1] += ev[EV_BYTES] or 0
                 c[2] += dur
         intervals.append((ev[EV_START], ev[EV_START] + dur))
+    return kern, copies, intervals
 
-    names_cache = {}
 
-    def path_of(node):
-        names = names_cache.get(node)
-        if names is None:
-            rev = []
-            n = node
-            while n > 0:
-                rev.append(node_name[n])
-                n = node_parent[n]
-            rev.reverse()
-            names = names_cache[node] = rev
-        return names
-
+def _rows(path_of, agg, kern, copies, sync_agg, annotations):
+    """The message's ``paths``, ``kernels``, ``memcpy``, ``syncs`` and ``annotations`` rows,
+    largest first, cut at their limits (``annotations`` is sorted in place)."""
     rows = sorted(agg.items(), key=lambda kv: -kv[1][1])[:MAX_PATH_ROWS]
     paths = [
         [path_of(node), stage, device, a[0], _us(a[1]), _us(a[2]), shapes]
@@ -273,10 +358,13 @@ def reduce_events(events, t_start, t_end, device_profiled=None):
         [ckind, host, c[0], int(c[1]), _us(c[2])]
         for (ckind, host), c in sorted(copies.items(), key=lambda kv: -kv[1][2])
     ]
-    syncs = [[name, a[0], _us(a[1])] for name, a in sorted(sync_agg.items(), key=lambda kv: -kv[1][1])]
+    syncs = [
+        [name, a[0], _us(a[1])] for name, a in sorted(sync_agg.items(), key=lambda kv: -kv[1][1])
+    ]
     annotations.sort()
     annots = [
-        [name, tid, start / 1e9, end / 1e9] for start, name, tid, end in annotations[:MAX_ANNOTATIONS]
+        [name, tid, start / 1e9, end / 1e9]
+        for start, name, tid, end in annotations[:MAX_ANNOTATIONS]
     ]
     return {
         "paths": paths,
@@ -284,8 +372,6 @@ def reduce_events(events, t_start, t_end, device_profiled=None):
         "memcpy": memcpy,
         "syncs": syncs,
         "annotations": annots,
-        "gpu": gpu_busy(intervals, t_start, t_end) if intervals else None,
-        "op_time": op_time(tops_by_tid, stops=not device_profiled),
     }
 
 
