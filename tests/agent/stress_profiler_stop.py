@@ -27,8 +27,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from infertop.agent.payload.kineto import _KinetoLog  # noqa: E402
-from infertop.agent.payload.window import _remove_op_callbacks  # noqa: E402
+from infertop.agent.payload.kineto import _KinetoLog
+from infertop.agent.payload.window import _remove_op_callbacks
 
 
 def main() -> int:

@@ -8,7 +8,6 @@ import gzip
 import json
 import time
 from collections import defaultdict
-from pathlib import Path
 
 import pytest
 
