@@ -254,12 +254,19 @@ def _spread_syncs(ops):
                 p = rec_parent[p]
 
 
-def _stage_of(ops, idx):
-    """An op's stage: its annotation's, else ``sync`` if it waited on the device, ``forward``."""
-    stage = ops.stage[idx]
-    if stage is not None:
-        return stage
-    return "sync" if ops.sync[idx] else "forward"
+def _stage_lookup(ops):
+    """``stage_of(record)``: an op's stage, its annotation's, else ``sync`` if it waited on the
+    device, else ``forward``."""
+    rec_stage = ops.stage
+    rec_sync = ops.sync
+
+    def stage_of(idx):
+        stage = rec_stage[idx]
+        if stage is not None:
+            return stage
+        return "sync" if rec_sync[idx] else "forward"
+
+    return stage_of
 
 
 def _op_table(ops):
@@ -269,12 +276,13 @@ def _op_table(ops):
     rec_dur = ops.dur
     rec_child = ops.child
     rec_shapes = ops.shapes
+    stage_of = _stage_lookup(ops)
     for idx in range(len(rec_node)):
         dur = rec_dur[idx]
         self_ns = dur - rec_child[idx]
         if self_ns < 0:
             self_ns = 0
-        key = (rec_node[idx], _stage_of(ops, idx), "cpu", rec_shapes[idx])
+        key = (rec_node[idx], stage_of(idx), "cpu", rec_shapes[idx])
         a = agg.get(key)
         if a is None:
             agg[key] = [1, dur, self_ns]
@@ -294,6 +302,7 @@ def _device_tables(gpu, ops, intern, agg):
     runtime_op = ops.runtime_op
     op_by_id = ops.by_id
     rec_node = ops.node
+    stage_of = _stage_lookup(ops)
     for ev in gpu:
         name = ev[EV_NAME]
         dur = ev[EV_DUR]
@@ -302,7 +311,7 @@ def _device_tables(gpu, ops, intern, agg):
             op = op_by_id.get(ev[EV_LINK])
         if op is not None:
             node = intern(rec_node[op], name)
-            stage = _stage_of(ops, op)
+            stage = stage_of(op)
         else:
             node = intern(0, name)
             stage = "forward"
