@@ -96,6 +96,9 @@ PARTS = (
 _FUTURE = "from __future__ import annotations\n"
 _IMPORTED = "# -- imported as a module (payload_source leaves these lines out) --\n"
 _IMPORTED_END = "# -- end --\n"
+_START_CALL = (
+    "_infertop_agent_start(mode=%r, deadline=%r, boot_file=%r, free_region=%s, idle_exit_s=%r)\n"
+)
 
 
 def _part_source(path):
@@ -132,8 +135,5 @@ def payload_source(
         region = 'globals().get("_infertop_free")'
     else:
         region = repr(tuple(free_region) if free_region else None)
-    call = (
-        "_infertop_agent_start(mode=%r, deadline=%r, boot_file=%r, free_region=%s, idle_exit_s=%r)\n"
-        % (mode, deadline, boot_file, region, float(idle_exit_s))
-    )
+    call = _START_CALL % (mode, deadline, boot_file, region, float(idle_exit_s))
     return _FUTURE + "\n".join(parts) + "\n" + call

@@ -11,7 +11,8 @@ from infertop.agent.payload.window import _cuda_in_use, _torch
 
 
 class _MemoryMixin:
-    """The ``allocator`` messages, one per device each ALLOCATOR_EVERY_S while started."""
+    """The ``allocator`` messages, one per device each ALLOCATOR_EVERY_S while started (sent
+    through ``_ServingMixin._send``)."""
 
     def _init_memory(self):
         self.next_allocator = 0.0

@@ -20,7 +20,8 @@ from infertop.agent.payload.window import _experimental_config, _torch, _warm_up
 
 
 class _ProfilingMixin:
-    """Duty-cycled profiler windows while started, each reduced and sent as it ends."""
+    """Duty-cycled profiler windows while started, each reduced and sent as it ends (through
+    ``_ServingMixin._send``; the agent's loop calls ``_begin_window`` / ``_end_window``)."""
 
     def _init_profiling(self):
         self.seq = 0

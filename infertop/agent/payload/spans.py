@@ -16,7 +16,8 @@ from infertop.agent.payload.stages import _Monitor
 
 
 class _SpansMixin:
-    """Spans from ``infertop.annotate`` (when the target imported it) and from the monitor."""
+    """Spans from ``infertop.annotate`` (when the target imported it) and from the monitor,
+    sent through ``_ServingMixin._send`` by ``_flush_spans``."""
 
     def _init_spans(self):
         self.spans = collections.deque(maxlen=MAX_SPANS_BUFFERED)
