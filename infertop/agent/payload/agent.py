@@ -217,6 +217,8 @@ class _Agent(_ServingMixin, _ProfilingMixin, _SpansMixin, _MemoryMixin):
         if self.window is not None:
             self._end_window(send=False)
 
+    # -- sessions ---------------------------------------------------------------------------
+
     def _detach(self):
         self.started = False
         if self.window is not None:
