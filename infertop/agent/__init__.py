@@ -1,9 +1,10 @@
 """The in-process agent: ``arm()`` it in your own process, or inject it into another one
 (``infertop.agent.inject.inject(pid)``).
 
-The agent itself is ``payload.py`` (run as source text inside the target); ``protocol.py`` is the
-wire format both sides share; the ``inject`` package gets the payload into a running process.
-Importing this package is cheap: it imports neither torch nor the injector.
+The agent itself is the ``payload`` package (its modules joined into one source text and run
+inside the target); ``protocol.py`` is the wire format both sides share; the ``inject`` package
+gets the payload into a running process. Importing this package is cheap: it imports neither
+torch nor the injector.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The agent protocol's wire format and socket rules (``docs/agent-protocol.md``, version 1).
 
 This module is deliberately stdlib-only and self-contained: its source is also sent into target
-processes, concatenated in front of ``payload.py`` (see ``payload.payload_source``), so the framing
-has one source of truth on both ends. Keep it importable on Python 3.8+ and free of imports from
+processes, concatenated in front of the ``payload`` package's modules (see
+``payload.payload_source``), so the framing has one source of truth on both ends. Keep it importable on Python 3.8+ and free of imports from
 ``infertop``.
 
 Framing: a 4-byte big-endian unsigned length, then that many bytes of UTF-8 JSON holding one

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from infertop.agent.payload import memcpy_kind as agent_memcpy_kind
+from infertop.agent.payload.events import memcpy_kind as agent_memcpy_kind
 from infertop.model.rows import MemcpyRow
 from infertop.trace.table import CAT, GPU_CATS, KinetoTrace, distinct
 

@@ -6,7 +6,7 @@ Two threads run small ops (transposes, dtype round trips, matmuls) without pause
 starts and stops all-threads profiler windows back to back, the way the agent does
 (``profile_all_threads``). With ``--plain`` each window is stopped directly; by default it is
 stopped the agent's way (op callbacks removed first, a short pause, then the stop: see
-``_remove_op_callbacks`` in infertop/agent/payload.py). Run two or three at once to load the
+``_remove_op_callbacks`` in infertop/agent/payload/window.py). Run two or three at once to load the
 machine: the crash this guards against needs a thread preempted inside an op while the window
 is finalised. Exit status 0: survived; -11 / 139: the process crashed.
 
@@ -18,21 +18,17 @@ stopped directly, 3 of 6 runs crashed with SIGSEGV in ``ThreadLocalSubqueue::beg
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import sys
 import threading
 import time
 from pathlib import Path
 
 import torch
 
-PAYLOAD = Path(__file__).resolve().parents[2] / "infertop" / "agent" / "payload.py"
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-
-def load_payload():
-    spec = importlib.util.spec_from_file_location("infertop_payload", PAYLOAD)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from infertop.agent.payload.kineto import _KinetoLog
+from infertop.agent.payload.window import _remove_op_callbacks
 
 
 def main() -> int:
@@ -41,7 +37,6 @@ def main() -> int:
     ap.add_argument("--window", type=float, default=0.3, help="seconds per window")
     ap.add_argument("--plain", action="store_true", help="stop windows directly (no callback removal)")
     args = ap.parse_args()
-    payload = load_payload()
     stop = threading.Event()
 
     def work() -> None:
@@ -56,7 +51,7 @@ def main() -> int:
     with torch.profiler.profile():  # the warm-up on the thread that first used the profiler
         pass
     config = torch._C._profiler._ExperimentalConfig(profile_all_threads=True)
-    log = payload._KinetoLog()
+    log = _KinetoLog()
     t0 = time.monotonic()
     try:
         for i in range(args.windows):
@@ -67,7 +62,7 @@ def main() -> int:
             time.sleep(args.window)
             c10 = log.quiet_c10()
             if not args.plain:
-                payload._remove_op_callbacks(torch, prof)
+                _remove_op_callbacks(torch, prof)
             prof.__exit__(None, None, None)
             events = len(prof.kineto_results.events())
             log.restore_c10(c10)

@@ -1,0 +1,139 @@
+"""The in-process agent: runs inside the target and serves ``docs/agent-protocol.md``.
+
+The modules of this package (``PARTS``) are sent into target processes as one source text
+(``payload_source()``): the source of ``protocol.py``, then each part in the order of ``PARTS``,
+then a call that starts the agent, all executed there in one fresh namespace. So every part must
+stay self-contained: the stdlib and the target's own ``torch`` only (imported from
+``sys.modules``, never imported by us), no numpy, nothing from ``infertop``, and Python 3.8+
+syntax. A part may use the names the parts before it define (they share the namespace once
+joined), so module-level names must not clash across parts.
+
+Imported as normal modules (the tests, ``infertop.record.import_kineto``), the parts get those
+names from each other instead: each one imports them in a block between the lines
+``# -- imported as a module (payload_source leaves these lines out) --`` and ``# -- end --``,
+which ``payload_source`` cuts out. This package itself is not part of the payload.
+
+The parts, in order:
+
+- ``constants``: names, defaults and measured limits;
+- ``events``: the event tuple and how event names are classified;
+- ``reduce``: one window's events reduced to op paths / kernels / copies / syncs / annotations,
+  op time and device busy time (``reduce_events``, pure functions);
+- ``kineto``: ``_KinetoEvent`` objects to event tuples; keeping libkineto's lines off stderr;
+- ``window``: the target's torch and one all-threads profiler window;
+- ``stages``: ``stage_functions`` patterns and the ``sys.monitoring`` timer (Python >= 3.12);
+- ``memory``, ``spans``, ``profiling``, ``serve``: the agent's mixins, one concern each (CUDA
+  allocator statistics; stage spans; duty-cycled profiler windows; the socket and commands);
+- ``agent``: ``_Agent`` itself (its thread, life cycle, sessions);
+- ``start``: ``_infertop_agent_start``, what the joined text calls.
+
+What the agent does, on one daemon thread named ``infertop-agent``:
+
+- listens on ``/tmp/infertop-<uid>/agent-<pid>.sock`` (dir 0700, socket 0600), one client at a
+  time, peer uid checked with ``SO_PEERCRED``;
+- while started: duty-cycled ``torch.profiler`` windows over all threads, reduced in place to
+  op paths / kernels / copies / syncs / annotations (``reduce_events``, a pure function);
+  ``infertop.stage`` spans and, on Python >= 3.12, ``sys.monitoring`` timings of functions named
+  by ``stage_functions``; CUDA caching-allocator statistics each second;
+- on ``detach`` or disconnect: stops everything within a second; an injected agent then removes
+  its socket, its registry entry and its thread, an armed one waits for the next client.
+"""
+
+from __future__ import annotations
+
+import os
+
+from infertop.agent.payload.constants import DEFAULT_CONFIG, OP_GAP_NS, REGISTRY_KEY
+from infertop.agent.payload.events import (
+    CPU_KINDS,
+    GPU_KINDS,
+    RUNTIME_KINDS,
+    is_blocking_call,
+    kernel_kind,
+    memcpy_kind,
+)
+from infertop.agent.payload.kineto import format_shapes, kineto_events
+from infertop.agent.payload.reduce import gpu_busy, op_time, reduce_events
+from infertop.agent.payload.stages import find_stage_codes, match_stage, parse_stage_patterns
+
+__all__ = [
+    "CPU_KINDS",
+    "DEFAULT_CONFIG",
+    "GPU_KINDS",
+    "OP_GAP_NS",
+    "PARTS",
+    "REGISTRY_KEY",
+    "RUNTIME_KINDS",
+    "find_stage_codes",
+    "format_shapes",
+    "gpu_busy",
+    "is_blocking_call",
+    "kernel_kind",
+    "kineto_events",
+    "match_stage",
+    "memcpy_kind",
+    "op_time",
+    "parse_stage_patterns",
+    "payload_source",
+    "reduce_events",
+]
+
+#: The payload's modules, in the order they are joined (each uses only names defined before it).
+PARTS = (
+    "constants",
+    "events",
+    "reduce",
+    "kineto",
+    "window",
+    "stages",
+    "memory",
+    "spans",
+    "profiling",
+    "serve",
+    "agent",
+    "start",
+)
+_FUTURE = "from __future__ import annotations\n"
+_IMPORTED = "# -- imported as a module (payload_source leaves these lines out) --\n"
+_IMPORTED_END = "# -- end --\n"
+_START_CALL = (
+    "_infertop_agent_start(mode=%r, deadline=%r, boot_file=%r, free_region=%s, idle_exit_s=%r)\n"
+)
+
+
+def _part_source(path):
+    """One module's source as it goes into the joined text: no ``__future__`` import (the text
+    has one at its top) and no block of imports for use as a module."""
+    with open(path, "r", encoding="utf-8") as fh:
+        text = fh.read()
+    text = text.replace(_FUTURE, "", 1)
+    start = text.find(_IMPORTED)
+    if start >= 0:
+        end = text.index(_IMPORTED_END, start) + len(_IMPORTED_END)
+        text = text[:start] + text[end:]
+    return text
+
+
+def payload_source(
+    mode="injected",
+    deadline=None,
+    boot_file=None,
+    free_region=None,
+    idle_exit_s=20.0,
+    free_region_from_bootstrap=False,
+):
+    """The source to run in a target: protocol.py + the ``PARTS`` + a call that starts the agent.
+
+    ``free_region_from_bootstrap``: take the region to free from the ``_infertop_free`` global
+    the injector's bootstrap passes in (its address is known only inside the target).
+    """
+    here = os.path.dirname(os.path.abspath(__file__))
+    paths = [os.path.join(os.path.dirname(here), "protocol.py")]
+    paths += [os.path.join(here, name + ".py") for name in PARTS]
+    parts = [_part_source(path) for path in paths]
+    if free_region_from_bootstrap:
+        region = 'globals().get("_infertop_free")'
+    else:
+        region = repr(tuple(free_region) if free_region else None)
+    call = _START_CALL % (mode, deadline, boot_file, region, float(idle_exit_s))
+    return _FUTURE + "\n".join(parts) + "\n" + call

@@ -1,0 +1,55 @@
+"""The agent's names, defaults and measured limits (shared by every part of the payload)."""
+
+from __future__ import annotations
+
+AGENT_NAME = "infertop-agent/1"
+REGISTRY_KEY = "_infertop_agent"
+THREAD_NAME = "infertop-agent"
+STAGE_PREFIX = "infertop:"
+
+#: Defaults chosen by measurement (see docs/agent-protocol.md, "Cost"): a 0.25 s window every
+#: 10 s and at most 20k events per window keep a busy CPU target's throughput loss under 3 %.
+DEFAULT_CONFIG = {
+    "window_s": 0.25,
+    "period_s": 10.0,
+    "record_shapes": False,
+    "max_events": 20000,
+    "stage_functions": [],
+}
+#: Never stop a window sooner than this after its start: with profile_all_threads, torch 2.13
+#: corrupted the heap / segfaulted within a few hundred windows stopped 0-5 ms after their
+#: start while other threads ran ops (0 crashes in 1,200 windows of >= 50 ms).
+MIN_WINDOW_S = 0.1
+#: The share of the target's time windows may cost: when one window's measured cost (its
+#: profiling slowdown plus the stop/read/reduce time, during which the target's Python threads
+#: mostly wait for the GIL) exceeds COST_BUDGET * period_s, the next window waits longer.
+COST_BUDGET = 0.015
+WINDOW_SLOWDOWN = 0.3  # assumed slowdown of the target while a window records
+LIMITS = {
+    "window_s": (MIN_WINDOW_S, 10.0),
+    "period_s": (0.1, 3600.0),
+    "max_events": (1000, 100000),  # a window's stop cost grows with its events (~5 µs each)
+}
+#: The first window after start also measures the event rate (a window's cost grows with its
+#: event count, so later windows are shortened to stay under max_events).
+PROBE_WINDOW_S = MIN_WINDOW_S
+MAX_PATH_ROWS = 4000
+MAX_ANNOTATIONS = 2000
+MAX_KERNEL_ROWS = 2000
+MAX_SPANS_BUFFERED = 50000
+#: op_time: top-level ops on a thread less than this apart belong to one stretch of model work
+#: (the gap is Python and dispatch); a longer gap is another stage or waiting (measured on the
+#: samples: Python between ops is 1-60 us, tokenizer / JSON / queue gaps are milliseconds)
+OP_GAP_NS = 1000000
+SPAN_FLUSH_S = 0.5
+MAX_STAGE_FUNCTIONS = 1000  # functions the stage rules may have timed (sys.monitoring)
+ALLOCATOR_EVERY_S = 1.0
+SEND_TIMEOUT_S = 5.0
+KINETO_QUIET_LEVEL = 6  # above every libkineto level (VERBOSE 0 ... USDT 5)
+C10_QUIET_LEVEL = 2  # c10's LOG threshold while a window stops: errors only (INFO 0, WARNING 1)
+#: Between removing the profiler's op callbacks and finalising the window. torch 2.13 with
+#: profile_all_threads: a thread inside an op while the profiler finalises may write to freed
+#: per-thread queues (SIGSEGV in ThreadLocalSubqueue::begin_op, seen under load, about one per
+#: 1,700 windows of 0.3 s); with the callbacks removed first and this pause, none in 3,900
+#: (tests/agent/stress_profiler_stop.py, docs/agent-protocol.md).
+STOP_GRACE_S = 0.03

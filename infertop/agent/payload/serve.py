@@ -1,0 +1,270 @@
+"""The agent's socket: listening, one client at a time, the protocol's messages and commands."""
+
+from __future__ import annotations
+
+import os
+import select
+import socket
+import sys
+import threading
+import time
+
+# -- imported as a module (payload_source leaves these lines out) --
+from infertop.agent.payload.constants import (
+    AGENT_NAME,
+    DEFAULT_CONFIG,
+    LIMITS,
+    MAX_STAGE_FUNCTIONS,
+    SEND_TIMEOUT_S,
+)
+from infertop.agent.payload.stages import _Monitor, find_stage_codes, parse_stage_patterns
+from infertop.agent.payload.window import _cuda_in_use, _torch
+from infertop.agent.protocol import (
+    FrameDecoder,
+    ProtocolError,
+    encode_msg,
+    ensure_socket_dir,
+    is_stale_socket,
+    peer_allowed,
+    peer_uid,
+    socket_path,
+    sweep_stale_sockets,
+)
+
+# -- end --
+
+
+class _ServingMixin:
+    """The listening socket and the one client: accepting, reading, sending, the commands."""
+
+    def _init_serving(self):
+        self.config = dict(DEFAULT_CONFIG)
+        self.path = None
+        self.listener = None
+        self.client = None
+        self.decoder = None
+        self.session = False  # a client configured or started something
+        self.idle_since = time.monotonic()
+        self.statuses_sent = set()
+
+    def open(self):
+        uid = os.geteuid()
+        sweep_stale_sockets(ensure_socket_dir(uid))  # what killed agents left behind
+        path = socket_path(os.getpid(), uid)
+        if os.path.exists(path) or os.path.islink(path):
+            if os.path.islink(path) or not is_stale_socket(path):
+                raise RuntimeError("%s is in use by another agent" % path)
+            os.unlink(path)
+        # bind under a temporary name and rename: the socket appears already listening, 0600
+        tmp = "%s.%d.tmp" % (path, threading.get_native_id())
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            sock.bind(tmp)
+            os.chmod(tmp, 0o600)
+            sock.listen(4)
+            sock.setblocking(False)
+            os.rename(tmp, path)
+        except BaseException:
+            sock.close()
+            for p in (tmp, path):
+                try:
+                    os.unlink(p)
+                except OSError:
+                    pass
+            raise
+        self.listener = sock
+        self.path = path
+
+    # -- connections --------------------------------------------------------------------------
+
+    def _accept(self):
+        try:
+            conn, _ = self.listener.accept()
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            return
+        try:
+            uid = peer_uid(conn)
+        except OSError:
+            uid = -1
+        if not peer_allowed(uid):
+            conn.close()  # not ours to talk to: no reply at all
+            return
+        if self.client is not None:
+            probe = select.poll()
+            probe.register(self.client.fileno(), select.POLLIN)
+            if probe.poll(0):
+                self._read_client()  # maybe it has just gone
+        if self.client is not None:
+            try:
+                conn.settimeout(0.2)
+                try:
+                    conn.recv(4096)  # its hello first: closing on unread data resets the peer
+                except OSError:
+                    pass
+                conn.settimeout(1.0)
+                conn.sendall(encode_msg({"type": "error", "message": "another client is connected"}))
+            except Exception:
+                pass
+            conn.close()
+            return
+        conn.settimeout(SEND_TIMEOUT_S)
+        self.client = conn
+        self.decoder = FrameDecoder()
+        self.session = False
+
+    def _read_client(self):
+        try:
+            data = self.client.recv(65536)
+        except socket.timeout:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._client_gone()
+            return
+        try:
+            messages = self.decoder.feed(data)
+        except ProtocolError as exc:
+            self._send({"type": "error", "message": "protocol error: %s" % exc})
+            self._client_gone()
+            return
+        for msg in messages:
+            if self.client is None:
+                return
+            self._handle(msg)
+
+    def _send(self, obj):
+        client = self.client
+        if client is None:
+            return False
+        try:
+            data = encode_msg(obj)
+        except ProtocolError:
+            return False
+        try:
+            client.sendall(data)
+        except OSError:
+            self._client_gone()
+            return False
+        return True
+
+    def _close_client(self):
+        client, self.client = self.client, None
+        self.decoder = None
+        self.idle_since = time.monotonic()
+        if client is not None:
+            try:
+                client.close()
+            except OSError:
+                pass
+
+    def _client_gone(self):
+        """Leaving without detach counts as detach once the client configured or started
+        something; a client that only said hello (a probe) just goes."""
+        if self.session:
+            self._detach()
+        else:
+            self._close_client()
+
+    # -- commands -----------------------------------------------------------------------------
+
+    def _handle(self, msg):
+        cmd = msg.get("cmd")
+        if cmd == "hello":
+            self._send(self._hello())
+        elif cmd == "configure":
+            self.session = True
+            try:
+                self._configure(msg)
+            except ValueError as exc:
+                self._send({"type": "error", "message": "configure: %s" % exc})
+                return
+            self._send({"type": "ok", "cmd": "configure", "config": dict(self.config)})
+        elif cmd == "start":
+            self.session = True
+            self._send({"type": "ok", "cmd": "start"})
+            self._start()
+        elif cmd == "stop":
+            self.started = False
+            if self.window is not None:
+                self._end_window(send=self.client is not None)
+            self._stop_collection()
+            self._send({"type": "ok", "cmd": "stop"})
+        elif cmd == "detach":
+            self._send({"type": "ok", "cmd": "detach"})
+            self._detach()
+        else:
+            self._send({"type": "error", "message": "unknown command %r" % (cmd,)})
+
+    def _hello(self):
+        torch = _torch()
+        if torch is not None and not self.kineto_ready:
+            self.prepare_torch(on_this_thread=False)
+        return {
+            "type": "hello",
+            "agent": AGENT_NAME,
+            "pid": os.getpid(),
+            "python": "%d.%d.%d" % sys.version_info[:3],
+            "torch": getattr(torch, "__version__", None) if torch is not None else None,
+            "cuda": _cuda_in_use(torch) if torch is not None else False,
+            "armed": self.mode == "armed",
+            "monitoring": _Monitor.available(),
+            "all_threads": bool(self.all_threads),
+            "agent_tid": self.thread.native_id if self.thread is not None else None,
+        }
+
+    def _configure(self, msg):
+        new = dict(self.config)
+        for key in ("window_s", "period_s"):
+            if key in msg:
+                value = msg[key]
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+                    raise ValueError("%s must be a number" % key)
+                lo, hi = LIMITS[key]
+                new[key] = float(min(max(value, lo), hi))
+        if "max_events" in msg:
+            value = msg["max_events"]
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError("max_events must be an integer")
+            lo, hi = LIMITS["max_events"]
+            new["max_events"] = int(min(max(value, lo), hi))
+        if "record_shapes" in msg:
+            if not isinstance(msg["record_shapes"], bool):
+                raise ValueError("record_shapes must be true or false")
+            new["record_shapes"] = msg["record_shapes"]
+        patterns = None
+        if "stage_functions" in msg:
+            patterns = parse_stage_patterns(msg["stage_functions"])
+            new["stage_functions"] = [list(p) for p in msg["stage_functions"]]
+        if new["period_s"] < new["window_s"]:
+            new["period_s"] = new["window_s"]
+        self.config = new
+        if patterns is not None:
+            codes = find_stage_codes(patterns) if _Monitor.available() else {}
+            if len(codes) > MAX_STAGE_FUNCTIONS:
+                # a pattern such as "*" would time every call in the target
+                self._status_once(
+                    "monitoring",
+                    "off",
+                    "stage rules match %d functions (more than %d): not timing them; "
+                    "make the patterns narrower" % (len(codes), MAX_STAGE_FUNCTIONS),
+                )
+                codes = {}
+            was_running = self.monitor is not None
+            if was_running:
+                self._stop_monitor()
+            self.stage_codes = codes
+            if was_running:
+                self._start_monitor()
+
+    def _status_once(self, key, state, message):
+        if key in self.statuses_sent:
+            return
+        self.statuses_sent.add(key)
+        self._send({"type": "status", "state": state, "message": message})

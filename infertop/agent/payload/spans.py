@@ -1,0 +1,101 @@
+"""The agent's stage spans: the ``infertop.stage`` sink and the ``sys.monitoring`` timings,
+buffered and sent as ``spans`` messages."""
+
+from __future__ import annotations
+
+import collections
+import sys
+import threading
+import time
+
+# -- imported as a module (payload_source leaves these lines out) --
+from infertop.agent.payload.constants import MAX_SPANS_BUFFERED
+from infertop.agent.payload.stages import _Monitor
+
+# -- end --
+
+
+class _SpansMixin:
+    """Spans from ``infertop.annotate`` (when the target imported it) and from the monitor,
+    sent through ``_ServingMixin._send`` by ``_flush_spans``."""
+
+    def _init_spans(self):
+        self.spans = collections.deque(maxlen=MAX_SPANS_BUFFERED)
+        self.next_span_flush = 0.0
+        self.sink_module = None
+        self.monitor = None
+        self.stage_codes = {}
+
+    def _span_sink(self, thread_id, name, start_ns, end_ns):
+        self.spans.append((threading.get_native_id(), name, start_ns, end_ns))
+
+    def _push_span(self, tid, stage, start_ns, end_ns):
+        self.spans.append((tid, stage, start_ns, end_ns))
+
+    def _install_sink(self):
+        if self.sink_module is not None:
+            return
+        mod = sys.modules.get("infertop.annotate")
+        setter = getattr(mod, "set_span_sink", None) if mod is not None else None
+        if setter is None:
+            return
+        try:
+            setter(self._span_sink)
+            self.sink_module = mod
+        except Exception:
+            pass
+
+    def _remove_sink(self):
+        mod, self.sink_module = self.sink_module, None
+        if mod is None:
+            return
+        try:
+            if getattr(mod, "_sink", None) == self._span_sink:
+                mod.set_span_sink(None)
+        except Exception:
+            pass
+
+    def _start_monitor(self):
+        if not self.stage_codes or not _Monitor.available():
+            return
+        monitor = _Monitor(self.stage_codes, self._push_span)
+        try:
+            monitor.install()
+        except Exception as exc:
+            try:
+                monitor.uninstall()
+            except Exception:
+                pass
+            self._status_once("monitoring", "off", "cannot time stage functions: %s" % exc)
+            return
+        self.monitor = monitor
+
+    def _stop_monitor(self):
+        monitor, self.monitor = self.monitor, None
+        if monitor is not None:
+            try:
+                monitor.uninstall()
+            except Exception:
+                pass
+
+    def _stop_collection(self):
+        self._remove_sink()
+        self._stop_monitor()
+        self.spans.clear()
+
+    def _flush_spans(self):
+        if self.sink_module is None:
+            self._install_sink()  # infertop.annotate may have been imported since
+        if not self.spans:
+            return
+        offset = time.time_ns() - time.perf_counter_ns()
+        batch = []
+        popleft = self.spans.popleft
+        while len(batch) < 20000:
+            try:
+                tid, stage, start, end = popleft()
+            except IndexError:
+                break
+            batch.append([tid, stage, (start + offset) / 1e9, (end + offset) / 1e9])
+        if batch:
+            self._send({"type": "spans", "spans": batch})

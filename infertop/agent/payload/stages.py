@@ -1,0 +1,172 @@
+"""Stage rules (``stage_functions``) and the ``sys.monitoring`` timings of the functions they
+name."""
+
+from __future__ import annotations
+
+import fnmatch
+import sys
+import threading
+import time
+
+
+def parse_stage_patterns(items):
+    """[[stage, pattern], ...] -> [(stage, file_glob or None, func_glob)]; raises ValueError."""
+    out = []
+    if not isinstance(items, (list, tuple)):
+        raise ValueError("stage_functions must be a list of [stage, pattern] pairs")
+    for item in items:
+        if (
+            not isinstance(item, (list, tuple))
+            or len(item) != 2
+            or not all(isinstance(x, str) and x for x in item)
+        ):
+            raise ValueError("bad stage_functions entry %r: expected [stage, pattern]" % (item,))
+        stage, pattern = item
+        if ":" in pattern:
+            file_glob, func_glob = pattern.rsplit(":", 1)
+            file_glob = file_glob or None
+        else:
+            file_glob, func_glob = None, pattern
+        if not func_glob:
+            raise ValueError("bad pattern %r: no function part" % pattern)
+        out.append((stage, file_glob, func_glob))
+    return out
+
+
+def match_stage(patterns, filename, qualname, name):
+    """The stage of the first pattern matching a function, else None.
+
+    ``FUNC_GLOB`` matches the qualified name or its last part; ``FILE_GLOB:FUNC_GLOB`` also
+    requires the file glob to match the full path of the function's file.
+    """
+    for stage, file_glob, func_glob in patterns:
+        if file_glob is not None and not fnmatch.fnmatchcase(filename, file_glob):
+            continue
+        if fnmatch.fnmatchcase(qualname, func_glob) or fnmatch.fnmatchcase(name, func_glob):
+            return stage
+    return None
+
+
+def find_stage_codes(patterns):
+    """{code object: stage} for every function object alive in this process that matches."""
+    import types
+
+    found = {}
+    if not patterns:
+        return found
+    seen = set()
+    for obj in gc_objects():
+        if type(obj) is not types.FunctionType:
+            continue
+        code = obj.__code__
+        if id(code) in seen:
+            continue
+        seen.add(id(code))
+        qualname = getattr(code, "co_qualname", None) or getattr(obj, "__qualname__", code.co_name)
+        stage = match_stage(patterns, code.co_filename, qualname, code.co_name)
+        if stage is not None:
+            found[code] = stage
+    return found
+
+
+def gc_objects():
+    import gc
+
+    return gc.get_objects()
+
+
+class _Monitor:
+    """Per-call timings of chosen functions with ``sys.monitoring`` (Python >= 3.12).
+
+    Local PY_START/PY_RETURN events on the matching code objects only; PY_UNWIND (which cannot
+    be local) globally, ignored for any other code. Nothing is monkeypatched.
+    """
+
+    def __init__(self, codes, push):
+        self.codes = dict(codes)
+        self.push = push  # push(native_tid, stage, start_ns, end_ns)
+        self.tool = None
+        self.stacks = {}
+
+    @staticmethod
+    def available():
+        return hasattr(sys, "monitoring")
+
+    def install(self):
+        mon = sys.monitoring
+        for tool in (mon.PROFILER_ID, 4, 3, 5):
+            try:
+                mon.use_tool_id(tool, "infertop")
+            except ValueError:
+                continue
+            self.tool = tool
+            break
+        if self.tool is None:
+            raise RuntimeError("no free sys.monitoring tool id")
+        ev = mon.events
+        mon.register_callback(self.tool, ev.PY_START, self._on_start)
+        mon.register_callback(self.tool, ev.PY_RETURN, self._on_return)
+        mon.register_callback(self.tool, ev.PY_UNWIND, self._on_unwind)
+        for code in self.codes:
+            mon.set_local_events(self.tool, code, ev.PY_START | ev.PY_RETURN)
+        mon.set_events(self.tool, ev.PY_UNWIND)
+        return self.tool
+
+    def uninstall(self):
+        if self.tool is None:
+            return
+        mon = sys.monitoring
+        tool, self.tool = self.tool, None
+        ev = mon.events
+        try:
+            mon.set_events(tool, 0)
+            for code in self.codes:
+                try:
+                    mon.set_local_events(tool, code, 0)
+                except Exception:
+                    pass
+            for event in (ev.PY_START, ev.PY_RETURN, ev.PY_UNWIND):
+                mon.register_callback(tool, event, None)
+        finally:
+            mon.free_tool_id(tool)
+        self.stacks.clear()
+
+    def _on_start(self, code, offset):
+        try:
+            stage = self.codes.get(code)
+            if stage is None:
+                return None
+            ident = threading.get_ident()
+            stack = self.stacks.get(ident)
+            if stack is None:
+                stack = self.stacks[ident] = []
+            if len(stack) < 256:
+                stack.append((code, time.perf_counter_ns()))
+        except Exception:
+            pass
+        return None
+
+    def _finish(self, code):
+        try:
+            if code not in self.codes:
+                return
+            stack = self.stacks.get(threading.get_ident())
+            if not stack:
+                return
+            end = time.perf_counter_ns()
+            while stack:
+                c, start = stack.pop()
+                if c is code:
+                    self.push(threading.get_native_id(), self.codes[code], start, end)
+                    return
+        except Exception:
+            pass
+
+    def _on_return(self, code, offset, retval):
+        self._finish(code)
+        return None
+
+    def _on_unwind(self, code, offset, exc):
+        if code in self.codes:
+            self._finish(code)
+        return None
