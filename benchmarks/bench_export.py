@@ -16,9 +16,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.support.recordings import write_busy
-
 from infertop.export.run import export
+from tests.support.recordings import write_busy
 
 
 def main() -> None:

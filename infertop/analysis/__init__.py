@@ -1,1 +1,23 @@
-"""Pure functions over the session: stages, flame trees, shares. Nothing here renders."""
+"""The session and everything computed from it: stages, wall view, flame, shares, ops, GPU series,
+findings, snapshots, processes (layer: analysis, above collectors and traces). Import the
+modules by name."""
+
+__all__ = [
+    "findings",
+    "flame",
+    "gpu_series",
+    "latency_sketch",
+    "live_findings",
+    "ops",
+    "processes",
+    "session",
+    "session_findings",
+    "shares",
+    "snapshot",
+    "stages",
+    "stragglers",
+    "trace_findings",
+    "trace_ops",
+    "wall",
+    "windows",
+]

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from infertop.analysis.findings import SEVERITY_ORDER, Finding, evaluate
-from infertop.analysis.processes import roles
+from infertop.analysis.processes.shares import roles
 from infertop.analysis.session import Session
 from infertop.analysis.session_findings import snapshot_input
 from infertop.analysis.snapshot import Snapshot

@@ -17,13 +17,13 @@ from infertop.analysis.ops import (
     gpu_work,
     ops_table,
 )
-from infertop.analysis.process_view import (
+from infertop.analysis.processes.shares import exit_times
+from infertop.analysis.processes.view import (
     ProcessFilter,
     allocator_of,
     process_labels,
     process_op_totals,
 )
-from infertop.analysis.processes import exit_times
 from infertop.analysis.session import Session
 from infertop.analysis.shares import StageShare, stage_shares
 from infertop.analysis.stages import IDLE
@@ -39,7 +39,7 @@ from infertop.model.rows import OpRow
 
 if TYPE_CHECKING:
     from infertop.analysis.findings import Finding
-    from infertop.analysis.process_table import ProcessRow
+    from infertop.analysis.processes.table import ProcessRow
 
 
 @dataclass(frozen=True)

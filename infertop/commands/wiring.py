@@ -62,9 +62,9 @@ def build_collectors(
     # imported here: a command that fails its checks first (no terminal, a bad pid) exits
     # without loading the collectors
     from infertop.collect.agent_attach import AgentAttach
+    from infertop.collect.many_targets import ManyTargets
     from infertop.collect.nvml import NvmlCollector
     from infertop.collect.pyspy import PySpyCollector
-    from infertop.collect.targets import ManyTargets
 
     children = opts.children
     rate, window_s = cfg.collect.rate_hz, cfg.collect.window_s

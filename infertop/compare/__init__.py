@@ -1,1 +1,8 @@
-"""``infertop diff``: two recordings or traces compared, as a CI gate (docs/export.md)."""
+"""`infertop diff`: what is compared, the comparison and its gate, its text (layer: views). Import
+the modules by name."""
+
+__all__ = [
+    "diff",
+    "profile",
+    "render",
+]

@@ -1,1 +1,11 @@
-"""Typed events and the session timeline: what collectors produce and analysis consumes."""
+"""Types only: events, their field-list forms, the numbers a recording may hold, symbols, NVML
+readings, table rows (the bottom layer with config). Import the modules by name."""
+
+__all__ = [
+    "events",
+    "fields",
+    "gpu",
+    "numbers",
+    "rows",
+    "symbols",
+]

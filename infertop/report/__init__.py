@@ -1,1 +1,10 @@
-"""Reports: the schema-1 JSON document and its text and markdown renderings."""
+"""The report document (schema in docs/report.md), its text and markdown renderings, the per-
+process section and trace reports (layer: report). Import the modules by name."""
+
+__all__ = [
+    "build",
+    "processes",
+    "schema",
+    "text",
+    "trace",
+]

@@ -9,9 +9,9 @@ from dataclasses import replace
 from typing import Any
 
 from infertop.analysis.findings import SEVERITY_ORDER, evaluate
-from infertop.analysis.process_ops import process_ops
-from infertop.analysis.process_roles import host_of, rank_of
-from infertop.analysis.processes import process_shares
+from infertop.analysis.processes.ops import process_ops
+from infertop.analysis.processes.roles import host_of, rank_of
+from infertop.analysis.processes.shares import process_shares
 from infertop.analysis.session import Session
 from infertop.analysis.session_findings import snapshot_input
 from infertop.analysis.snapshot import build_snapshot

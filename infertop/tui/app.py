@@ -37,11 +37,11 @@ from infertop.tui.ingest import (
 )
 from infertop.tui.messages import IngestError, RecordingChanged, SnapshotReady
 from infertop.tui.palette import human_bytes
+from infertop.tui.screens.findings import FindingsScreen, Jump
 from infertop.tui.screens.help import HelpScreen
-from infertop.tui.widgets.findings import FindingsScreen, Jump
+from infertop.tui.screens.processes import ProcessesScreen
 from infertop.tui.widgets.flame import VIEW_TITLES, VIEWS, FlameList, FlamePanel
 from infertop.tui.widgets.gpu import GpuPanel
-from infertop.tui.widgets.processes import ProcessesScreen
 from infertop.tui.widgets.stages import StagePanel
 from infertop.tui.widgets.status import StatusLine
 from infertop.tui.widgets.timeline import Timeline

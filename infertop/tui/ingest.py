@@ -20,8 +20,8 @@ from textual.message import Message
 from infertop.analysis.gpu_series import GpuAccumulator
 from infertop.analysis.live_findings import StragglerCheck, with_findings
 from infertop.analysis.ops import OpAccumulator
-from infertop.analysis.process_table import process_rows
-from infertop.analysis.process_view import ProcessFilter
+from infertop.analysis.processes.table import process_rows
+from infertop.analysis.processes.view import ProcessFilter
 from infertop.analysis.snapshot import ReplayState, Snapshot, StackAccumulator, build_snapshot
 from infertop.tui.messages import IngestError, RecordingChanged, SnapshotReady
 

@@ -12,7 +12,7 @@ from infertop.config import Config, FindingThresholds
 from infertop.record.reader import read_recording
 from infertop.sources import ReplaySource
 from infertop.tui import create_app
-from infertop.tui.widgets.findings import FindingsScreen, evidence_lines
+from infertop.tui.screens.findings import FindingsScreen, evidence_lines
 from infertop.tui.widgets.flame import FlameList, FlamePanel
 from infertop.tui.widgets.ops import OpsTable
 from tests.support import data

@@ -134,7 +134,7 @@ def test_replay_sessions_keep_everything() -> None:
 def test_the_process_selector_counts_every_agent_window_of_a_bounded_session() -> None:
     """The selector's per-process count of agent windows covers the whole session, not only
     the windows a bounded live session still keeps in full."""
-    from infertop.analysis.process_table import process_rows
+    from infertop.analysis.processes.table import process_rows
     from infertop.model.events import OpWindow, ProcessDef, TargetInfo
 
     s = Session(retain_s=10.0)

@@ -95,7 +95,7 @@ def test_proc_tree_of_this_process() -> None:
 
 
 def test_per_process_shares_roles_and_exits() -> None:
-    from infertop.analysis.processes import process_shares
+    from infertop.analysis.processes.shares import process_shares
     from infertop.model.events import FrameDef, Marker, SampleWindow, StackDef, TargetInfo
 
     s = Session()
@@ -127,7 +127,7 @@ def test_per_process_shares_roles_and_exits() -> None:
 
 
 def test_every_process_gets_its_gpu_memory_from_nvml_also_non_python_ones() -> None:
-    from infertop.analysis.processes import process_shares
+    from infertop.analysis.processes.shares import process_shares
     from infertop.model.events import TargetInfo
     from infertop.model.gpu import GpuDeviceReading, GpuReading
     from infertop.report.processes import processes_text

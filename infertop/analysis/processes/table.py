@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from infertop.analysis.processes import exit_times, gpu_memory_by_pid
+from infertop.analysis.processes.shares import exit_times, gpu_memory_by_pid
 from infertop.analysis.session import Session
 from infertop.analysis.stages import IDLE
 

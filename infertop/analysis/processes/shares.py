@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from infertop.analysis.process_roles import process_roles, role_of
+from infertop.analysis.processes.roles import process_roles, role_of
 from infertop.analysis.session import Session
 from infertop.analysis.stages import IDLE
 

@@ -14,7 +14,7 @@ from textual.screen import ModalScreen
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
-from infertop.analysis.process_table import ProcessRow
+from infertop.analysis.processes.table import ProcessRow
 from infertop.analysis.snapshot import Snapshot
 
 ALL = "all"  # the option id of the merged view

@@ -9,7 +9,7 @@ cached, so a live view only filters what arrived since the last snapshot.
 from __future__ import annotations
 
 from infertop.analysis.ops import OpTotals
-from infertop.analysis.processes import roles
+from infertop.analysis.processes.shares import roles
 from infertop.analysis.session import Session
 from infertop.analysis.windows import WindowSummary, split_by_pid
 from infertop.model.events import AllocatorReading
