@@ -38,6 +38,8 @@ from infertop.record.writer import RecordingWriter
 
 
 class LiveSource:
+    """Collectors into a session (and a recording when one is on)."""
+
     kind = "live"
 
     def __init__(
@@ -234,3 +236,7 @@ class ReplaySource:
     @property
     def done(self) -> bool:
         return False
+
+
+#: what the UI and its ingest worker are given: either kind, told apart with ``isinstance``
+Source = LiveSource | ReplaySource

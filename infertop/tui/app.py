@@ -23,6 +23,7 @@ from textual.widgets import Footer
 from infertop.analysis.snapshot import Snapshot
 from infertop.analysis.stages import IDLE
 from infertop.config import STAGES
+from infertop.sources import LiveSource, ReplaySource, Source
 from infertop.tui.ingest import (
     IngestWorker,
     ScaleSpeed,
@@ -115,7 +116,7 @@ class InfertopApp(App[None]):
 
     def __init__(
         self,
-        source: Any,
+        source: Source,
         *,
         title: str,
         on_exit: Callable[[Snapshot | None], None] | None = None,
@@ -124,14 +125,14 @@ class InfertopApp(App[None]):
         super().__init__()
         self.title = title
         self.source = source
-        self.replay = getattr(source, "kind", "live") == "replay"
+        self.replay = isinstance(source, ReplaySource)
         self.compact = False
         self._on_exit = on_exit
         # read before the worker owns the source
         self._target_pid = source.session.target.pid
-        self._preset_record_path: str | None = None if self.replay else source.recording_path
+        self._preset_record_path = source.recording_path if isinstance(source, LiveSource) else None
         self._recording = self._preset_record_path is not None
-        self._replay_path = getattr(getattr(source, "recording", None), "path", None)
+        self._replay_path = source.recording.path if isinstance(source, ReplaySource) else None
         self.worker = IngestWorker(source, self.post_message, interval)
         self.latest: Snapshot | None = None  # newest snapshot from the worker
         self.displayed: Snapshot | None = None  # the one the panels show (differs while paused)
@@ -425,12 +426,12 @@ KEY_NAMES = {"escape": "esc"}
 
 
 def create_app(
-    source: Any,
+    source: Source,
     *,
     title: str,
     on_exit: Callable[[Snapshot | None], None] | None = None,
 ) -> InfertopApp:
     """The TUI over ``source`` (a LiveSource or ReplaySource). ``on_exit`` gets the last snapshot
     after the worker has stopped the source (and closed any recording)."""
-    cls = ReplayApp if getattr(source, "kind", "live") == "replay" else LiveApp
+    cls = ReplayApp if isinstance(source, ReplaySource) else LiveApp
     return cls(source, title=title, on_exit=on_exit)

@@ -23,6 +23,7 @@ from infertop.analysis.ops import OpAccumulator
 from infertop.analysis.processes.table import process_rows
 from infertop.analysis.processes.view import ProcessFilter
 from infertop.analysis.snapshot import ReplayState, Snapshot, StackAccumulator, build_snapshot
+from infertop.sources import LiveSource, ReplaySource, Source
 from infertop.tui.messages import IngestError, RecordingChanged, SnapshotReady
 
 SPEED_MIN, SPEED_MAX = 0.125, 16.0
@@ -93,10 +94,10 @@ class IngestWorker:
     """Pumps ``source`` every ``interval`` seconds on its own thread and publishes snapshots."""
 
     def __init__(
-        self, source: Any, post: Callable[[Message], object], interval: float = 0.25
+        self, source: Source, post: Callable[[Message], object], interval: float = 0.25
     ) -> None:
         self.source = source
-        self.replay = getattr(source, "kind", "live") == "replay"
+        self.replay = isinstance(source, ReplaySource)
         self.interval = interval
         self._post = post
         self._commands: queue.SimpleQueue[Command | _Stop] = queue.SimpleQueue()
@@ -113,9 +114,8 @@ class IngestWorker:
         self._process_filter = ProcessFilter()
         self._stragglers = StragglerCheck()
         self._error: str | None = None
-        config = getattr(source, "config", None)
-        self._history = config.collect.history_windows if config is not None else 120
-        self._thresholds = config.findings if config is not None else None
+        self._history = source.config.collect.history_windows
+        self._thresholds = source.config.findings
         self.final: Snapshot | None = None  # the last snapshot, built after the source stopped
 
     # -- UI side ----------------------------------------------------------------------------
@@ -220,9 +220,9 @@ class IngestWorker:
 
     def _build(self) -> Snapshot:
         src = self.source
-        writer = getattr(src, "writer", None)
-        notes = tuple(getattr(src, "notes", ()))
-        if writer is not None and getattr(writer, "failed", None):
+        writer = src.writer if isinstance(src, LiveSource) else None
+        notes = tuple(src.notes)
+        if writer is not None and writer.failed:
             notes += (writer.failed,)
         replay = (
             ReplayState(src.position, src.length, src.playing, src.speed) if self.replay else None
