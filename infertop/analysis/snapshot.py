@@ -169,6 +169,19 @@ def working_windows(windows: list[WindowSummary]) -> list[tuple[float, float]] |
     ]
 
 
+@dataclass
+class SnapshotCaches:
+    """What a caller that builds snapshot after snapshot of one growing session keeps between
+    them (the UI's ingest worker): running stack counts, op totals, GPU series and one
+    process's windows, each advanced by what arrived since the last build. Without one, a
+    build starts from scratch (a report, a test)."""
+
+    stacks: StackAccumulator = field(default_factory=StackAccumulator)
+    ops: OpAccumulator = field(default_factory=OpAccumulator)
+    gpu: GpuAccumulator = field(default_factory=GpuAccumulator)
+    processes: ProcessFilter = field(default_factory=ProcessFilter)
+
+
 def build_snapshot(
     session: Session,
     *,
@@ -176,17 +189,22 @@ def build_snapshot(
     stage_filter: str | None = None,
     recent_s: float = 5.0,
     history: int = 120,
-    accumulator: StackAccumulator | None = None,
-    op_accumulator: OpAccumulator | None = None,
+    caches: SnapshotCaches | None = None,
     recording: str | None = None,
     recording_bytes: int = 0,
     replay: ReplayState | None = None,
     notes: tuple[str, ...] = (),
-    gpu_accumulator: GpuAccumulator | None = None,
     process: int | None = None,
-    process_filter: ProcessFilter | None = None,
     view: str = "wall",
 ) -> Snapshot:
+    """The session at ``t`` (None: its newest moment; replay gives the playhead) as one
+    immutable ``Snapshot``: stage shares of both views, the flame (of ``stage_filter`` only,
+    if given), top frames, ops, GPU, findings' inputs, the last ``history`` windows for the
+    sparkline and the ``recent_s`` seconds the stage panel shows. ``process``: one process of a
+    many-process session, its samples and its agent's ops only. ``view``: the stage panel's
+    time ("wall" or "cpu"). ``recording``, ``recording_bytes``, ``replay``, ``notes``: what the
+    status line shows, passed through."""
+    caches = caches or SnapshotCaches()
     windows = session.windows_between(None, t)
     t_now = t if t is not None else session.t_last
     rate = windows[-1].window.rate_hz if windows else 0.0
@@ -195,14 +213,13 @@ def build_snapshot(
     folded: WindowTotals = session.folded
     if process is not None and process in session.processes:
         # one process of a many-process session: its samples and its agent's ops only
-        windows, stack_counts = (process_filter or ProcessFilter()).windows(
+        windows, stack_counts = caches.processes.windows(
             session, process, len(windows)
         )
         folded = session.folded_by_pid.get(process) or WindowTotals()
     else:
         process = None
-        acc = accumulator or StackAccumulator()
-        stack_counts = acc.upto(session, len(windows))
+        stack_counts = caches.stacks.upto(session, len(windows))
     frames_of = session.symbols.stack_frames
     duration = max(0.0, t_now - session.t_first)
     latencies = session.span_latencies(t)  # every span so far, folded ones included
@@ -242,7 +259,7 @@ def build_snapshot(
         allocator = allocator_of(session, process, t)
     else:
         n_ops = len(session.op_windows_between(None, t))
-        op_totals = (op_accumulator or OpAccumulator()).upto(
+        op_totals = caches.ops.upto(
             session.op_windows, id(session), n_ops, session.folded_ops, session.op_windows_folded
         )
         # merged: the target's allocator beside its NVML memory, when its agent has one
@@ -290,7 +307,7 @@ def build_snapshot(
             [(w.window.t_start, w.window.t_end) for w in shown[-history:]],
             t_now,
             history,
-            gpu_accumulator,
+            caches.gpu,
             id(session),
             working,
             session.gpu_fold,

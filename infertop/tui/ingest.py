@@ -17,12 +17,9 @@ from typing import Any
 
 from textual.message import Message
 
-from infertop.analysis.gpu_series import GpuAccumulator
 from infertop.analysis.live_findings import StragglerCheck, with_findings
-from infertop.analysis.ops import OpAccumulator
 from infertop.analysis.processes.table import process_rows
-from infertop.analysis.processes.view import ProcessFilter
-from infertop.analysis.snapshot import ReplayState, Snapshot, StackAccumulator, build_snapshot
+from infertop.analysis.snapshot import ReplayState, Snapshot, SnapshotCaches, build_snapshot
 from infertop.sources import LiveSource, ReplaySource, Source
 from infertop.tui.messages import IngestError, RecordingChanged, SnapshotReady
 
@@ -105,13 +102,10 @@ class IngestWorker:
         self._latest: Snapshot | None = None
         self._posted = False
         self._thread: threading.Thread | None = None
-        self._accumulator = StackAccumulator()
-        self._op_accumulator = OpAccumulator()
-        self._gpu_accumulator = GpuAccumulator()
+        self._caches = SnapshotCaches()
         self._stage_filter: str | None = None
         self._time_view = "wall"
         self._process: int | None = None
-        self._process_filter = ProcessFilter()
         self._stragglers = StragglerCheck()
         self._error: str | None = None
         self._history = source.config.collect.history_windows
@@ -232,11 +226,8 @@ class IngestWorker:
             t=src.t if self.replay else None,
             stage_filter=self._stage_filter,
             history=self._history,
-            accumulator=self._accumulator,
-            op_accumulator=self._op_accumulator,
-            gpu_accumulator=self._gpu_accumulator,
+            caches=self._caches,
             process=self._process,
-            process_filter=self._process_filter,
             recording=None if self.replay else src.recording_path,
             recording_bytes=writer.bytes_written if writer is not None else 0,
             replay=replay,

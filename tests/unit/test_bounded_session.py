@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from infertop.analysis.ops import OpAccumulator
 from infertop.analysis.session import Session
-from infertop.analysis.snapshot import StackAccumulator, build_snapshot
+from infertop.analysis.snapshot import SnapshotCaches, build_snapshot
 from infertop.model.events import StageSpan
 from tests.collect.ops_data import make_allocator, make_op_window
 from tests.tui.tui_data import MAIN_TID, TARGET, make_window
@@ -83,14 +82,13 @@ def test_retained_detail_stops_growing_while_the_totals_cover_everything() -> No
 
 def test_a_bounded_session_shows_what_an_unbounded_one_shows() -> None:
     bounded, full = Session(retain_s=45.0), Session()
-    accs = {id(bounded): (StackAccumulator(), OpAccumulator()), id(full): (StackAccumulator(), OpAccumulator())}
+    caches = {id(bounded): SnapshotCaches(), id(full): SnapshotCaches()}
     snaps: dict[int, list] = {id(bounded): [], id(full): []}
 
     def snapshot(i: int) -> None:
         if i % 97 == 0 or i == 299:  # live: the ingest worker's accumulators carry on
             for s in (bounded, full):
-                acc, ops = accs[id(s)]
-                snaps[id(s)].append(build_snapshot(s, accumulator=acc, op_accumulator=ops))
+                snaps[id(s)].append(build_snapshot(s, caches=caches[id(s)]))
 
     feed([bounded, full], 300, after=snapshot, gpu=True)
     assert bounded.windows_folded > 200 and full.windows_folded == 0
