@@ -7,7 +7,7 @@ Every rule is documented in docs/findings.md with its definition and where the i
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -413,12 +413,20 @@ def fragmentation(inp: FindingInput, th: FindingThresholds) -> Finding | None:
     )
 
 
+def severity_rank(severity: str) -> int:
+    """Where a severity ranks: high first. The one ranking of findings, for every view."""
+    return SEVERITY_ORDER[severity]
+
+
+def ranked(found: Iterable[Finding]) -> list[Finding]:
+    """Findings most severe first; equal ones keep their order (the rules' order)."""
+    return sorted(found, key=lambda f: severity_rank(f.severity))
+
+
 def evaluate(inp: FindingInput, thresholds: FindingThresholds | None = None) -> list[Finding]:
     """Every rule that fires, most severe first."""
     th = thresholds or FindingThresholds()
-    out = [f for fn in RULES.values() if (f := fn(inp, th)) is not None]
-    out.sort(key=lambda f: SEVERITY_ORDER[f.severity])
-    return out
+    return ranked(f for fn in RULES.values() if (f := fn(inp, th)) is not None)
 
 
 __all__ = ["Finding", "FindingInput", "MemoryState", "RULES", "evaluate"]

@@ -10,7 +10,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 
-from infertop.analysis.findings import SEVERITY_ORDER, Finding, evaluate
+from infertop.analysis.findings import Finding, evaluate, ranked
 from infertop.analysis.processes.shares import roles
 from infertop.analysis.session import Session
 from infertop.analysis.session_findings import snapshot_input
@@ -28,9 +28,7 @@ def with_findings(
     found = evaluate(snapshot_input(snap), thresholds)
     if snap.process is not None:
         found = [f if f.pid is not None else replace(f, pid=snap.process) for f in found]
-    found += extra
-    found.sort(key=lambda f: SEVERITY_ORDER[f.severity])
-    return replace(snap, findings=tuple(found))
+    return replace(snap, findings=tuple(ranked([*found, *extra])))
 
 
 SPANS_EVERY_S = 2.0

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from infertop.analysis.findings import SEVERITY_ORDER, evaluate
+from infertop.analysis.findings import evaluate, severity_rank
 from infertop.analysis.processes.ops import process_ops
 from infertop.analysis.processes.roles import host_of, rank_of
 from infertop.analysis.processes.shares import process_shares
@@ -32,7 +32,7 @@ def add_processes(
     steps, unit = comparison(session, t)
     found = [f.as_dict() for f in straggler_findings(steps, names, th, unit)]
     if found:
-        rep["findings"] = sorted(rep["findings"] + found, key=lambda f: SEVERITY_ORDER[f["severity"]])
+        rep["findings"] = sorted(rep["findings"] + found, key=lambda f: severity_rank(f["severity"]))
 
 
 def process_findings(
