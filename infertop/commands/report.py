@@ -44,21 +44,15 @@ def run(args: argparse.Namespace) -> int:
         else:
             sys.stdout.write(render_trace_text(rep, markdown=args.format == "markdown"))
         return EXIT_OK
-    from infertop.analysis.snapshot import build_snapshot
     from infertop.record.reader import read_recording
-    from infertop.report.build import build_report
-    from infertop.report.processes import add_processes
+    from infertop.report.recording import recording_report
     from infertop.report.text import render_markdown, render_text
-    from infertop.sources import ReplaySource
 
     rec = read_recording(args.file)
     if rec.warning:
         print(f"infertop: warning: {rec.warning}", file=sys.stderr)
     cfg = load_cfg(args.config, args.stage)
-    src = ReplaySource(rec, cfg)
-    snap = build_snapshot(src.session, t=src.t, notes=src.notes)
-    rep = build_report(snap, "recording", args.file, cfg.findings)
-    add_processes(rep, src.session, src.t, cfg.findings)  # None: one process
+    rep = recording_report(rec, cfg, path=args.file).report
     if args.format == "json":
         sys.stdout.write(json.dumps(rep, indent=2) + "\n")
     elif args.format == "markdown":

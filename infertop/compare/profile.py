@@ -58,16 +58,12 @@ def load_profile(path: str, config: Config | None = None) -> Profile:
 
 
 def _from_recording(path: str, cfg: Config) -> Profile:
-    from infertop.analysis.snapshot import build_snapshot
     from infertop.record.reader import read_recording
-    from infertop.report.build import build_report
-    from infertop.sources import ReplaySource
+    from infertop.report.recording import recording_report
 
     rec = read_recording(path)
-    src = ReplaySource(rec, cfg)
-    s = src.session
-    snap = build_snapshot(s, t=src.t)
-    rep = build_report(snap, "recording", path, cfg.findings)
+    made = recording_report(rec, cfg, path=path, processes=False)
+    rep, s, snap = made.report, made.source.session, made.snapshot
     prof = Profile("recording", path, snap.op_seconds, 0, warning=rec.warning)
     for sp in s.spans:
         prof.latencies.setdefault(f"stage {sp.stage}", []).append((sp.t_end - sp.t_start) * 1000)

@@ -85,13 +85,11 @@ def build_ranks_report(path: str, config: Config | None = None) -> dict[str, Any
 
     The recording lives in memory only: op windows (a few kB each, one per step) and
     definitions; each trace's columns are dropped before the next is read."""
-    from infertop.analysis.snapshot import build_snapshot
+    # here: a single trace's report does not load the recording report's modules
     from infertop.record.format import MAJOR, MINOR
     from infertop.record.import_ranks import rank_events
     from infertop.record.reader import Recording
-    from infertop.report.build import build_report
-    from infertop.report.processes import add_processes
-    from infertop.sources import ReplaySource
+    from infertop.report.recording import recording_report
 
     if not os.path.isdir(path):
         return None
@@ -103,10 +101,7 @@ def build_ranks_report(path: str, config: Config | None = None) -> dict[str, Any
     own: list[dict[str, Any]] = []
     ranks = rank_events(path, files, lambda _text: None, lambda f, trace: own.append(_one(f, th, trace=trace)))
     rec = Recording(path, (MAJOR, MINOR), ranks.prelude + list(ranks.windows))
-    src = ReplaySource(rec, cfg)
-    snap = build_snapshot(src.session, t=src.t, notes=src.notes)
-    rep = build_report(snap, "kineto", path, th)
-    add_processes(rep, src.session, src.t, th)
+    rep = recording_report(rec, cfg, kind="kineto", path=path).report
     rep["import_notes"] = ranks.notes  # the clock; how ranks were numbered; traces left out
     rep["ranks"] = sorted(own, key=lambda r: (r["rank"] is None, r["rank"] or 0))
     return rep

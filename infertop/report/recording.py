@@ -1,0 +1,37 @@
+"""A recording's report: replayed to its end, one snapshot, the report document and (for a
+recording of several processes) its processes section. ``report FILE``, ``report DIR`` of
+ranks (imported in memory) and ``diff`` all take this one road."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from infertop.analysis.snapshot import Snapshot, build_snapshot
+from infertop.config import Config
+from infertop.record.reader import Recording
+from infertop.report.build import build_report
+from infertop.report.processes import add_processes
+from infertop.sources import ReplaySource
+
+
+@dataclass(frozen=True)
+class RecordingReport:
+    report: dict[str, Any]
+    source: ReplaySource  # replayed to its end: its session is the whole recording
+    snapshot: Snapshot
+
+
+def recording_report(
+    rec: Recording, cfg: Config, kind: str = "recording", path: str | None = None,
+    processes: bool = True,
+) -> RecordingReport:  # fmt: skip
+    """The report of ``rec`` (``kind``: the report's ``source.kind``; ``path``: its
+    ``source.path``, the recording's own by default). ``processes``: add the processes section
+    and its findings (``diff`` compares the whole-session findings only)."""
+    src = ReplaySource(rec, cfg)
+    snap = build_snapshot(src.session, t=src.t, notes=src.notes)
+    rep = build_report(snap, kind, path if path is not None else rec.path, cfg.findings)
+    if processes:
+        add_processes(rep, src.session, src.t, cfg.findings)  # None: one process
+    return RecordingReport(rep, src, snap)
