@@ -138,10 +138,11 @@ class LiveSource:
 
 def event_time(ev: Event) -> float | None:
     """When an event happened, for replay; None for definitions (they take the next time)."""
-    if isinstance(ev, (SampleWindow, StageSpan, OpWindow)):
-        return ev.t_end
-    if isinstance(ev, (CollectorStatus, TargetExited, Marker, AllocatorReading, GpuReading)):
-        return ev.t
+    match ev:
+        case SampleWindow() | StageSpan() | OpWindow():
+            return ev.t_end
+        case CollectorStatus() | TargetExited() | Marker() | AllocatorReading() | GpuReading():
+            return ev.t
     return None
 
 

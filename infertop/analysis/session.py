@@ -130,50 +130,51 @@ class Session:
 
     def apply(self, ev: Event) -> None:
         """Add one event to the timeline. Definitions made by ``intern`` are already known."""
-        if isinstance(ev, SampleWindow):
-            self._add_window(ev)
-            self._saw(ev.t_end)
-        elif isinstance(ev, FrameDef):
-            if ev.frame_id == len(self.symbols.frames):
-                self.symbols.define_frame(ev)
-        elif isinstance(ev, StackDef):
-            if ev.stack_id == len(self.symbols.stacks):
-                self.symbols.define_stack(ev)
-        elif isinstance(ev, ThreadDef):
-            self.threads[ev.tid] = ev.name
-            if ev.pid:
-                self.thread_pid[ev.tid] = ev.pid
-        elif isinstance(ev, ProcessDef):
-            self.processes[ev.pid] = ev
-        elif isinstance(ev, CollectorStatus):
-            self.statuses[ev.collector] = ev
-        elif isinstance(ev, StageSpan):
-            self.spans.append(ev)
-            self._span_ms.setdefault(ev.stage, []).append((ev.t_end - ev.t_start) * 1000.0)
-            self._span_ms_sorted = False
-            self._span_last_end = max(self._span_last_end, ev.t_end)
-            self._saw(ev.t_end)
-        elif isinstance(ev, OpWindow):
-            i = bisect.bisect_right(self._op_ends, ev.t_end)
-            self._op_ends.insert(i, ev.t_end)
-            self.op_windows.insert(i, ev)
-            self._saw(ev.t_end)
-        elif isinstance(ev, AllocatorReading):
-            i = bisect.bisect_right(self._alloc_ts, ev.t)
-            self._alloc_ts.insert(i, ev.t)
-            self.allocator.insert(i, ev)
-            self._saw(ev.t)
-        elif isinstance(ev, GpuReading):
-            i = bisect.bisect_right(self._gpu_ts, ev.t)
-            self._gpu_ts.insert(i, ev.t)
-            self.gpu.insert(i, ev)
-            self._saw(ev.t)
-        elif isinstance(ev, TargetInfo):
-            self.target = self._merge_target(ev)
-        elif isinstance(ev, TargetExited):
-            self.exited = ev
-        elif isinstance(ev, Marker):
-            self.markers.append(ev)
+        match ev:
+            case SampleWindow():
+                self._add_window(ev)
+                self._saw(ev.t_end)
+            case FrameDef():
+                if ev.frame_id == len(self.symbols.frames):
+                    self.symbols.define_frame(ev)
+            case StackDef():
+                if ev.stack_id == len(self.symbols.stacks):
+                    self.symbols.define_stack(ev)
+            case ThreadDef():
+                self.threads[ev.tid] = ev.name
+                if ev.pid:
+                    self.thread_pid[ev.tid] = ev.pid
+            case ProcessDef():
+                self.processes[ev.pid] = ev
+            case CollectorStatus():
+                self.statuses[ev.collector] = ev
+            case StageSpan():
+                self.spans.append(ev)
+                self._span_ms.setdefault(ev.stage, []).append((ev.t_end - ev.t_start) * 1000.0)
+                self._span_ms_sorted = False
+                self._span_last_end = max(self._span_last_end, ev.t_end)
+                self._saw(ev.t_end)
+            case OpWindow():
+                i = bisect.bisect_right(self._op_ends, ev.t_end)
+                self._op_ends.insert(i, ev.t_end)
+                self.op_windows.insert(i, ev)
+                self._saw(ev.t_end)
+            case AllocatorReading():
+                i = bisect.bisect_right(self._alloc_ts, ev.t)
+                self._alloc_ts.insert(i, ev.t)
+                self.allocator.insert(i, ev)
+                self._saw(ev.t)
+            case GpuReading():
+                i = bisect.bisect_right(self._gpu_ts, ev.t)
+                self._gpu_ts.insert(i, ev.t)
+                self.gpu.insert(i, ev)
+                self._saw(ev.t)
+            case TargetInfo():
+                self.target = self._merge_target(ev)
+            case TargetExited():
+                self.exited = ev
+            case Marker():
+                self.markers.append(ev)
 
     # -- bounding ---------------------------------------------------------------------------
     def _saw(self, t: float) -> None:

@@ -53,37 +53,38 @@ PROCESS = 14  # added in 1.3 (--children), with code 4's trailing pid
 
 
 def encode_event(ev: Event) -> list[Any]:
-    if isinstance(ev, SampleWindow):
-        flat = [x for row in ev.counts for x in row]
-        out = [WINDOW, ev.t_start, ev.t_end, ev.rate_hz, ev.ticks, flat, ev.errors, ev.lag_s, ev.threads]
-        return out + [1] if ev.idle else out
-    if isinstance(ev, FrameDef):
-        return [FRAME, ev.frame_id, ev.frame.function, ev.frame.file, ev.frame.line]
-    if isinstance(ev, StackDef):
-        return [STACK, ev.stack_id, list(ev.frames)]
-    if isinstance(ev, ThreadDef):
-        return [THREAD, ev.tid, ev.name] + ([ev.pid] if ev.pid else [])
-    if isinstance(ev, ProcessDef):
-        return [PROCESS, ev.pid, ev.ppid, ev.cmdline]
-    if isinstance(ev, StageSpan):
-        return [SPAN, ev.tid, ev.stage, ev.t_start, ev.t_end]
-    if isinstance(ev, CollectorStatus):
-        return [STATUS, ev.t, ev.collector, ev.state, ev.message]
-    if isinstance(ev, TargetInfo):
-        return [TARGET, ev.pid, ev.cmdline, ev.python, ev.torch, ev.started]
-    if isinstance(ev, TargetExited):
-        return [EXITED, ev.t, ev.reason]
-    if isinstance(ev, Marker):
-        return [MARKER, ev.t, ev.text, dict(ev.extra)]
-    if isinstance(ev, StageRules):
-        return [RULES, [[stage, pattern] for stage, pattern in ev.rules]]
-    if isinstance(ev, OpWindow):
-        return encode_op_window(ev)
-    if isinstance(ev, AllocatorReading):
-        return [ALLOCATOR, ev.t, ev.device, ev.allocated, ev.reserved, ev.peak_allocated,
-                ev.alloc_retries, ev.ooms] + ([ev.pid] if ev.pid else [])  # fmt: skip
-    if isinstance(ev, GpuReading):
-        return encode_gpu_reading(ev)
+    match ev:
+        case SampleWindow():
+            flat = [x for row in ev.counts for x in row]
+            out = [WINDOW, ev.t_start, ev.t_end, ev.rate_hz, ev.ticks, flat, ev.errors, ev.lag_s, ev.threads]
+            return out + [1] if ev.idle else out
+        case FrameDef():
+            return [FRAME, ev.frame_id, ev.frame.function, ev.frame.file, ev.frame.line]
+        case StackDef():
+            return [STACK, ev.stack_id, list(ev.frames)]
+        case ThreadDef():
+            return [THREAD, ev.tid, ev.name] + ([ev.pid] if ev.pid else [])
+        case ProcessDef():
+            return [PROCESS, ev.pid, ev.ppid, ev.cmdline]
+        case StageSpan():
+            return [SPAN, ev.tid, ev.stage, ev.t_start, ev.t_end]
+        case CollectorStatus():
+            return [STATUS, ev.t, ev.collector, ev.state, ev.message]
+        case TargetInfo():
+            return [TARGET, ev.pid, ev.cmdline, ev.python, ev.torch, ev.started]
+        case TargetExited():
+            return [EXITED, ev.t, ev.reason]
+        case Marker():
+            return [MARKER, ev.t, ev.text, dict(ev.extra)]
+        case StageRules():
+            return [RULES, [[stage, pattern] for stage, pattern in ev.rules]]
+        case OpWindow():
+            return encode_op_window(ev)
+        case AllocatorReading():
+            return [ALLOCATOR, ev.t, ev.device, ev.allocated, ev.reserved, ev.peak_allocated,
+                    ev.alloc_retries, ev.ooms] + ([ev.pid] if ev.pid else [])  # fmt: skip
+        case GpuReading():
+            return encode_gpu_reading(ev)
     raise TypeError(f"cannot encode {type(ev).__name__}")
 
 
