@@ -163,72 +163,73 @@ def export_chrome_recording(path: str, out: str, config: Config | None = None) -
             done = chunks.add(ev)
             if done is not None:
                 counters.findings(emit, pid, done, ns)
-            if isinstance(ev, SampleWindow):
-                if not ev.idle:  # a wall window's idle stacks are not samples of work
-                    timeline.window(ev)
-                    counters.stage_counter(emit, pid, ev, ns, classifier, frames, stacks)
-            elif isinstance(ev, FrameDef):
-                if ev.frame_id == len(frames):
-                    frames.append(ev.frame)
-            elif isinstance(ev, StackDef):
-                if ev.stack_id == len(stacks):
-                    stacks.append(ev.frames)
-            elif isinstance(ev, ThreadDef):  # --children: which process, too
-                tracks.names[ev.tid] = f"pid {ev.pid} {ev.name}" if ev.pid else ev.name
-                if ev.pid:
-                    tracks.owner[ev.tid] = procs.chrome_pid(ev.pid)
-            elif isinstance(ev, ProcessDef):
-                procs.define(ev)
-            elif isinstance(ev, StageSpan):
-                _span(emit, tracks, tracks.pid_of(ev.tid), ev, ns)
-            elif isinstance(ev, OpWindow):
-                p = procs.chrome_pid(ev.pid)
-                procs.ops(p, tracks).window(ev)
-                _annotations(emit, tracks, p, ev, ns)
-                counters.window_counters(emit, p + GPU_PID_OFFSET, ev, ns)
-            elif isinstance(ev, AllocatorReading):
-                counters.allocator(emit, procs.chrome_pid(ev.pid) + GPU_PID_OFFSET, ev, ns)
-            elif isinstance(ev, GpuReading):
-                counters.nvml(emit, gpu_of, ev, ns)
-            elif isinstance(ev, CollectorStatus):
-                emit(
-                    {
-                        "ph": "i",
-                        "s": "p",
-                        "pid": pid,
-                        "tid": 0,
-                        "ts": us(max(0, ns(ev.t))),
-                        "name": f"{ev.collector}: {ev.state}",
-                        "cat": "collector",
-                        "args": {"message": ev.message},
-                    }
-                )
-            elif isinstance(ev, Marker):
-                emit(
-                    {
-                        "ph": "i",
-                        "s": "g",
-                        "pid": pid,
-                        "tid": 0,
-                        "ts": us(max(0, ns(ev.t))),
-                        "name": ev.text,
-                        "cat": "marker",
-                        "args": dict(ev.extra),
-                    }
-                )
-            elif isinstance(ev, TargetExited):
-                emit(
-                    {
-                        "ph": "i",
-                        "s": "g",
-                        "pid": pid,
-                        "tid": 0,
-                        "ts": us(max(0, ns(ev.t))),
-                        "name": "target exited",
-                        "cat": "marker",
-                        "args": {"reason": ev.reason},
-                    }
-                )
+            match ev:
+                case SampleWindow():
+                    if not ev.idle:  # a wall window's idle stacks are not samples of work
+                        timeline.window(ev)
+                        counters.stage_counter(emit, pid, ev, ns, classifier, frames, stacks)
+                case FrameDef():
+                    if ev.frame_id == len(frames):
+                        frames.append(ev.frame)
+                case StackDef():
+                    if ev.stack_id == len(stacks):
+                        stacks.append(ev.frames)
+                case ThreadDef():  # --children: which process, too
+                    tracks.names[ev.tid] = f"pid {ev.pid} {ev.name}" if ev.pid else ev.name
+                    if ev.pid:
+                        tracks.owner[ev.tid] = procs.chrome_pid(ev.pid)
+                case ProcessDef():
+                    procs.define(ev)
+                case StageSpan():
+                    _span(emit, tracks, tracks.pid_of(ev.tid), ev, ns)
+                case OpWindow():
+                    p = procs.chrome_pid(ev.pid)
+                    procs.ops(p, tracks).window(ev)
+                    _annotations(emit, tracks, p, ev, ns)
+                    counters.window_counters(emit, p + GPU_PID_OFFSET, ev, ns)
+                case AllocatorReading():
+                    counters.allocator(emit, procs.chrome_pid(ev.pid) + GPU_PID_OFFSET, ev, ns)
+                case GpuReading():
+                    counters.nvml(emit, gpu_of, ev, ns)
+                case CollectorStatus():
+                    emit(
+                        {
+                            "ph": "i",
+                            "s": "p",
+                            "pid": pid,
+                            "tid": 0,
+                            "ts": us(max(0, ns(ev.t))),
+                            "name": f"{ev.collector}: {ev.state}",
+                            "cat": "collector",
+                            "args": {"message": ev.message},
+                        }
+                    )
+                case Marker():
+                    emit(
+                        {
+                            "ph": "i",
+                            "s": "g",
+                            "pid": pid,
+                            "tid": 0,
+                            "ts": us(max(0, ns(ev.t))),
+                            "name": ev.text,
+                            "cat": "marker",
+                            "args": dict(ev.extra),
+                        }
+                    )
+                case TargetExited():
+                    emit(
+                        {
+                            "ph": "i",
+                            "s": "g",
+                            "pid": pid,
+                            "tid": 0,
+                            "ts": us(max(0, ns(ev.t))),
+                            "name": "target exited",
+                            "cat": "marker",
+                            "args": {"reason": ev.reason},
+                        }
+                    )
         timeline.finish()
         done = chunks.flush()
         if done is not None:

@@ -184,60 +184,61 @@ class _Merger:
         gpu = self.gpu.add(path, host, nested, pmap)
         first_t: float | None = None
         for ev in events:
-            if isinstance(ev, FrameDef):
-                if ev.frame_id == len(fmap):
-                    new = self.frames.get(ev.frame)
-                    if new is None:
-                        new = self.frames[ev.frame] = len(self.frames)
-                        self.defs.append(FrameDef(new, ev.frame))
-                    fmap.append(new)
-            elif isinstance(ev, StackDef):
-                if ev.stack_id == len(smap):
-                    key = tuple(fmap[f] for f in ev.frames)
-                    new = self.stacks.get(key)
-                    if new is None:
-                        new = self.stacks[key] = len(self.stacks)
-                        self.defs.append(StackDef(new, key))
-                    smap.append(new)
-            elif isinstance(ev, ThreadDef):
-                owner = ev.pid or tpid
-                if ev.tid not in tmap:
-                    tmap[ev.tid] = self.tids.take(ev.tid)
-                self.defs.append(ThreadDef(tmap[ev.tid], ev.name, pmap.get(owner, new_target)))
-            elif isinstance(ev, StageRules):
-                self.rules += [r for r in ev.rules if r not in self.rules]
-            elif isinstance(ev, (TargetInfo, ProcessDef)):
-                continue
-            elif isinstance(ev, SampleWindow):
-                counts = tuple((tid(t), smap[s], n) for t, s, n in ev.counts)
-                w = replace(ev, t_start=ev.t_start + offset, t_end=ev.t_end + offset, counts=counts)
-                self._time(w.t_end, w)
-                first_t = w.t_start if first_t is None else min(first_t, w.t_start)
-            elif isinstance(ev, StageSpan):
-                s = replace(ev, tid=tid(ev.tid), t_start=ev.t_start + offset, t_end=ev.t_end + offset)
-                self._time(s.t_end, s)
-            elif isinstance(ev, OpWindow):
-                owner = ev.pid or tpid
-                ann = tuple(
-                    replace(a, tid=tid(a.tid, owner), t_start=a.t_start + offset, t_end=a.t_end + offset)
-                    for a in ev.annotations
-                )
-                w = replace(ev, t_start=ev.t_start + offset, t_end=ev.t_end + offset,
-                            annotations=ann, pid=pid(ev.pid))  # fmt: skip
-                self._time(w.t_end, w)
-                first_t = w.t_start if first_t is None else min(first_t, w.t_start)
-            elif isinstance(ev, AllocatorReading):
-                self._time(ev.t + offset, replace(ev, t=ev.t + offset, pid=pid(ev.pid)))
-            elif isinstance(ev, GpuReading):  # devices and pids: in ``finish``
-                gpu.append(replace(ev, t=ev.t + offset))
-            elif isinstance(ev, CollectorStatus):
-                self._time(ev.t + offset, replace(ev, t=ev.t + offset))
-            elif isinstance(ev, TargetExited):  # one process of the output among others
-                text = f"process {new_target} exited"
-                extra = {"pid": str(new_target), "process": "exited", "reason": ev.reason}
-                self._time(ev.t + offset, Marker(ev.t + offset, text, extra))
-            elif isinstance(ev, Marker):
-                self._time(ev.t + offset, self._marker(ev, offset, pmap))
+            match ev:
+                case FrameDef():
+                    if ev.frame_id == len(fmap):
+                        new = self.frames.get(ev.frame)
+                        if new is None:
+                            new = self.frames[ev.frame] = len(self.frames)
+                            self.defs.append(FrameDef(new, ev.frame))
+                        fmap.append(new)
+                case StackDef():
+                    if ev.stack_id == len(smap):
+                        key = tuple(fmap[f] for f in ev.frames)
+                        new = self.stacks.get(key)
+                        if new is None:
+                            new = self.stacks[key] = len(self.stacks)
+                            self.defs.append(StackDef(new, key))
+                        smap.append(new)
+                case ThreadDef():
+                    owner = ev.pid or tpid
+                    if ev.tid not in tmap:
+                        tmap[ev.tid] = self.tids.take(ev.tid)
+                    self.defs.append(ThreadDef(tmap[ev.tid], ev.name, pmap.get(owner, new_target)))
+                case StageRules():
+                    self.rules += [r for r in ev.rules if r not in self.rules]
+                case TargetInfo() | ProcessDef():
+                    continue
+                case SampleWindow():
+                    counts = tuple((tid(t), smap[s], n) for t, s, n in ev.counts)
+                    w = replace(ev, t_start=ev.t_start + offset, t_end=ev.t_end + offset, counts=counts)
+                    self._time(w.t_end, w)
+                    first_t = w.t_start if first_t is None else min(first_t, w.t_start)
+                case StageSpan():
+                    s = replace(ev, tid=tid(ev.tid), t_start=ev.t_start + offset, t_end=ev.t_end + offset)
+                    self._time(s.t_end, s)
+                case OpWindow():
+                    owner = ev.pid or tpid
+                    ann = tuple(
+                        replace(a, tid=tid(a.tid, owner), t_start=a.t_start + offset, t_end=a.t_end + offset)
+                        for a in ev.annotations
+                    )
+                    w = replace(ev, t_start=ev.t_start + offset, t_end=ev.t_end + offset,
+                                annotations=ann, pid=pid(ev.pid))  # fmt: skip
+                    self._time(w.t_end, w)
+                    first_t = w.t_start if first_t is None else min(first_t, w.t_start)
+                case AllocatorReading():
+                    self._time(ev.t + offset, replace(ev, t=ev.t + offset, pid=pid(ev.pid)))
+                case GpuReading():  # devices and pids: in ``finish``
+                    gpu.append(replace(ev, t=ev.t + offset))
+                case CollectorStatus():
+                    self._time(ev.t + offset, replace(ev, t=ev.t + offset))
+                case TargetExited():  # one process of the output among others
+                    text = f"process {new_target} exited"
+                    extra = {"pid": str(new_target), "process": "exited", "reason": ev.reason}
+                    self._time(ev.t + offset, Marker(ev.t + offset, text, extra))
+                case Marker():
+                    self._time(ev.t + offset, self._marker(ev, offset, pmap))
         if not nested:
             extra = {
                 "input": os.path.abspath(path),
