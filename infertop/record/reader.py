@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import io
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import BinaryIO
 
 import msgpack
 
@@ -58,32 +61,54 @@ def read_recording(path: str) -> Recording:
 def parse_recording(data: bytes, path: str = "<bytes>") -> Recording:
     major, minor = check_header(data, path)
     rec = Recording(path, (major, minor))
-    refs = References()
-    pos = HEADER.size
-    while pos < len(data):
-        problem = None
-        if pos + RECORD.size > len(data):
-            problem = "cut short inside a record header"
-        else:
-            length, crc = RECORD.unpack_from(data, pos)
-            start, end = pos + RECORD.size, pos + RECORD.size + length
-            if length > MAX_RECORD or end > len(data):
-                problem = "cut short inside a record"
-            elif zlib.crc32(data[start:end]) != crc:
-                problem = "a damaged record (checksum mismatch)"
-            else:
-                try:
-                    batch = msgpack.unpackb(data[start:end], raw=False, strict_map_key=False)
-                    if not isinstance(batch, list):
-                        raise ValueError("record is not a list")
-                    events = [decode_event(e) for e in batch]
-                    refs.check(events)
-                except Exception as exc:  # malformed payload that passed the CRC
-                    problem = f"a malformed record ({type(exc).__name__})"
-                else:
-                    rec.events.extend(e for e in events if e is not None)
-                    pos = end
-                    continue
-        rec.warning = f"{path}: {problem} at byte {pos}; read what came before it"
-        break
+    fh = io.BytesIO(data)
+    fh.seek(HEADER.size)
+    records = Records(fh, path)
+    for events in records:
+        rec.events.extend(events)
+    rec.warning = records.warning
     return rec
+
+
+class Records:
+    """The records of an open recording from its position (just past the header) on, one list
+    of events each, in file order, every id checked against what came before. The first
+    damaged, malformed or cut record ends them, and ``warning`` says what and where: the one
+    loop of every reader (``read_recording`` holds the events, ``RecordingStream`` does not)."""
+
+    def __init__(self, fh: BinaryIO, path: str) -> None:
+        self.fh = fh
+        self.path = path
+        self.warning: str | None = None
+
+    def __iter__(self) -> Iterator[list[Event]]:
+        fh, pos, refs = self.fh, HEADER.size, References()
+        while True:
+            head = fh.read(RECORD.size)
+            if not head:
+                return
+            problem = None
+            if len(head) < RECORD.size:
+                problem = "cut short inside a record header"
+            else:
+                length, crc = RECORD.unpack(head)
+                payload = fh.read(length) if length <= MAX_RECORD else b""
+                if length > MAX_RECORD or len(payload) < length:
+                    problem = "cut short inside a record"
+                elif zlib.crc32(payload) != crc:
+                    problem = "a damaged record (checksum mismatch)"
+                else:
+                    try:
+                        raw = msgpack.unpackb(payload, raw=False, strict_map_key=False)
+                        if not isinstance(raw, list):
+                            raise ValueError("record is not a list")
+                        events = [decode_event(e) for e in raw]
+                        refs.check(events)
+                    except Exception as exc:  # malformed payload that passed the CRC
+                        problem = f"a malformed record ({type(exc).__name__})"
+                    else:
+                        yield [e for e in events if e is not None]
+                        pos += RECORD.size + length
+                        continue
+            self.warning = f"{self.path}: {problem} at byte {pos}; read what came before it"
+            return

@@ -7,15 +7,11 @@ hour-long recordings run in bounded memory.
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Iterator
 
-import msgpack
-
 from infertop.model.events import Event
-from infertop.record.format import HEADER, MAX_RECORD, RECORD, decode_event
-from infertop.record.reader import check_header, read_head
-from infertop.record.references import References
+from infertop.record.format import HEADER
+from infertop.record.reader import Records, check_header, read_head
 
 
 class RecordingStream:
@@ -32,37 +28,9 @@ class RecordingStream:
         self.warning = None
         with open(self.path, "rb") as fh:
             fh.seek(HEADER.size)
-            pos = HEADER.size
-            refs = References()
-            while True:
-                head = fh.read(RECORD.size)
-                if not head:
-                    return
-                problem = None
-                if len(head) < RECORD.size:
-                    problem = "cut short inside a record header"
-                else:
-                    length, crc = RECORD.unpack(head)
-                    payload = fh.read(length) if length <= MAX_RECORD else b""
-                    if length > MAX_RECORD or len(payload) < length:
-                        problem = "cut short inside a record"
-                    elif zlib.crc32(payload) != crc:
-                        problem = "a damaged record (checksum mismatch)"
-                    else:
-                        try:
-                            raw = msgpack.unpackb(payload, raw=False, strict_map_key=False)
-                            if not isinstance(raw, list):
-                                raise ValueError("record is not a list")
-                            events = [decode_event(e) for e in raw]
-                            refs.check(events)
-                        except Exception as exc:  # malformed payload that passed the CRC
-                            problem = f"a malformed record ({type(exc).__name__})"
-                        else:
-                            yield [e for e in events if e is not None]
-                            pos += RECORD.size + length
-                            continue
-                self.warning = f"{self.path}: {problem} at byte {pos}; read what came before it"
-                return
+            records = Records(fh, self.path)
+            yield from records
+            self.warning = records.warning
 
     def __iter__(self) -> Iterator[Event]:
         for batch in self.batches():
