@@ -134,12 +134,8 @@ class Session:
             case SampleWindow():
                 self._add_window(ev)
                 self._saw(ev.t_end)
-            case FrameDef():
-                if ev.frame_id == len(self.symbols.frames):
-                    self.symbols.define_frame(ev)
-            case StackDef():
-                if ev.stack_id == len(self.symbols.stacks):
-                    self.symbols.define_stack(ev)
+            case FrameDef() | StackDef():
+                self.symbols.learn(ev)
             case ThreadDef():
                 self.threads[ev.tid] = ev.name
                 if ev.pid:

@@ -51,6 +51,7 @@ from infertop.model.events import (
     ThreadDef,
 )
 from infertop.model.gpu import GpuReading
+from infertop.model.symbols import SymbolTable
 from infertop.record.stream import RecordingStream
 
 # synthetic thread ids (Linux tids are below 2**22; trace viewers keep tids as 32-bit)
@@ -141,8 +142,8 @@ def export_chrome_recording(path: str, out: str, config: Config | None = None) -
         own = defined.get(target.pid) if target.pid is not None else None
         _metadata(emit, pid, gpu_pid, target, own.cmdline if own is not None else None)
         tracks = _Tracks(emit, pid)
-        frames: list = []
-        stacks: list[tuple[int, ...]] = []
+        symbols = SymbolTable()
+        frames, stacks = symbols.frames, symbols.stacks
         timeline = SampleTimeline(
             emit,
             pid,
@@ -168,12 +169,8 @@ def export_chrome_recording(path: str, out: str, config: Config | None = None) -
                     if not ev.idle:  # a wall window's idle stacks are not samples of work
                         timeline.window(ev)
                         counters.stage_counter(emit, pid, ev, ns, classifier, frames, stacks)
-                case FrameDef():
-                    if ev.frame_id == len(frames):
-                        frames.append(ev.frame)
-                case StackDef():
-                    if ev.stack_id == len(stacks):
-                        stacks.append(ev.frames)
+                case FrameDef() | StackDef():
+                    symbols.learn(ev)
                 case ThreadDef():  # --children: which process, too
                     tracks.names[ev.tid] = f"pid {ev.pid} {ev.name}" if ev.pid else ev.name
                     if ev.pid:

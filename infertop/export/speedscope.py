@@ -22,6 +22,7 @@ from infertop.config import STAGES, Config
 from infertop.export.jsonout import JsonStream
 from infertop.export.prelude import ExportResult, scan_recording
 from infertop.model.events import Frame, FrameDef, SampleWindow, StackDef, ThreadDef
+from infertop.model.symbols import SymbolTable
 from infertop.record.stream import RecordingStream
 
 SCHEMA = "https://www.speedscope.app/file-format-schema.json"
@@ -99,18 +100,14 @@ def export_speedscope(
     stream = RecordingStream(path)
     t0, recorded_rules, target = scan_recording(stream)
     classifier = StageClassifier(tuple(cfg.stage_rules) + tuple(recorded_rules))
-    frames: list[Frame] = []
-    stacks: list[tuple[int, ...]] = []
+    symbols = SymbolTable()
+    frames, stacks = symbols.frames, symbols.stacks
     names: dict[int, str] = {}
     threads: dict[int, _Profile] = {}
     stages: dict[str, _Profile] = {}
     for ev in stream:
-        if isinstance(ev, FrameDef):
-            if ev.frame_id == len(frames):
-                frames.append(ev.frame)
-        elif isinstance(ev, StackDef):
-            if ev.stack_id == len(stacks):
-                stacks.append(ev.frames)
+        if isinstance(ev, (FrameDef, StackDef)):
+            symbols.learn(ev)
         elif isinstance(ev, ThreadDef):  # --children: which process, too
             names[ev.tid] = f"pid {ev.pid} {ev.name}" if ev.pid else ev.name
         elif isinstance(ev, SampleWindow) and not ev.idle:  # CPU windows: samples of work

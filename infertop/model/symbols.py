@@ -47,5 +47,14 @@ class SymbolTable:
         self.stacks.append(ev.frames)
         self._stack_ids[ev.frames] = ev.stack_id
 
+    def learn(self, ev: FrameDef | StackDef) -> None:
+        """Adopt a definition met in a stream of events (a recording replayed or exported) when
+        it is the next id; one already known (a repeat) changes nothing."""
+        if isinstance(ev, FrameDef):
+            if ev.frame_id == len(self.frames):
+                self.define_frame(ev)
+        elif ev.stack_id == len(self.stacks):
+            self.define_stack(ev)
+
     def stack_frames(self, stack_id: int) -> list[Frame]:
         return [self.frames[f] for f in self.stacks[stack_id]]
