@@ -1,0 +1,106 @@
+"""The UI seen as pixels: every panel and screen rendered at 80x24 and 160x50 from committed
+recordings, compared whole (SVG, as Textual exports a screen) with the images saved under
+``tests/data/snapshots/``. A change in a layout, a colour, a label or a number fails here; on
+a failure the new image is written beside the test's temporary folder and the first differing
+row of the screen's text is shown.
+
+Recordings: the recorded textgen sample (``tests/data/recordings/``), a recording with two
+GPUs' NVML readings made from the fixtures (``gpu_data``), and two real traces imported as a
+directory of ranks, committed (the processes screen). Textual is pinned in requirements-dev.txt, since
+its renderer draws the pixels. An intended change of look is accepted by regenerating them:
+``INFERTOP_UPDATE_SNAPSHOTS=1 python -m pytest tests/tui/test_snapshots.py``."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+from gpu_data import write_gpu_recording
+from tui_data import screen_text, wait_for
+
+from infertop.config import Config
+from infertop.record.reader import read_recording
+from infertop.sources import ReplaySource
+from infertop.tui import create_app
+from tests.support import data
+
+SNAPSHOTS = data.DATA / "snapshots"
+RECORDING = data.DATA / "recordings" / "textgen_service.infertop"
+#: two real traces (A100 sampled, CPU only) imported as a directory of ranks (recordings/README)
+RANKS = data.DATA / "recordings" / "ranks_a100_cpu.infertop"
+UPDATE = os.environ.get("INFERTOP_UPDATE_SNAPSHOTS") == "1"
+SIZES = [(80, 24), (160, 50)]
+#: view name -> keys pressed on the replay of the recorded sample
+VIEWS = {
+    "stages": (),
+    "cpu-view": ("c",),
+    "torch-ops-flame": ("o",),
+    "ops-table": ("o", "o"),
+    "flame-only": ("f",),
+    "findings": ("i",),
+    "help": ("question_mark",),
+}
+
+
+def _recording(kind: str, tmp_path: Path) -> Path:
+    if kind == "gpu":
+        return write_gpu_recording(tmp_path / "gpu.infertop")
+    path = RANKS if kind == "ranks" else RECORDING
+    if not path.is_file():
+        pytest.fail(f"test data missing: {path}")
+    return path
+
+
+async def _render(path: Path, keys: tuple[str, ...], size: tuple[int, int]) -> tuple[str, str]:
+    app = create_app(ReplaySource(read_recording(str(path)), Config()), title="infertop")
+    async with app.run_test(size=size) as pilot:
+        await wait_for(pilot, lambda: app.displayed is not None, 20.0)  # the first snapshot
+        if keys:
+            await pilot.press(*keys)
+        # drawn and settled: the same screen for half a second (the worker publishes a new
+        # snapshot within milliseconds of a key, the widgets draw it on their next refresh)
+        last, since = "", time.monotonic()
+
+        def settled() -> bool:
+            nonlocal last, since
+            now = app.export_screenshot()
+            if now != last:
+                last, since = now, time.monotonic()
+            return time.monotonic() - since >= 0.5
+
+        await wait_for(pilot, settled, 20.0)
+        svg, text = last, screen_text(app)
+        await pilot.press("q")
+    return svg, text
+
+
+def _check(name: str, svg: str, text: str, tmp_path: Path) -> None:
+    path = SNAPSHOTS / f"{name}.svg"
+    if UPDATE:
+        SNAPSHOTS.mkdir(parents=True, exist_ok=True)
+        path.write_text(svg, encoding="utf-8")
+        return
+    if not path.is_file():
+        pytest.fail(f"no snapshot {path}: make it with INFERTOP_UPDATE_SNAPSHOTS=1")
+    if svg != path.read_text(encoding="utf-8"):
+        new = tmp_path / f"{name}.svg"
+        new.write_text(svg, encoding="utf-8")
+        pytest.fail(f"{name} renders differently from {path} (now: {new}); the screen now:\n{text}")
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("view", list(VIEWS))
+async def test_each_view_renders_as_saved(view: str, size: tuple[int, int], tmp_path: Path) -> None:
+    svg, text = await _render(_recording("textgen", tmp_path), VIEWS[view], size)
+    _check(f"{view}-{size[0]}x{size[1]}", svg, text, tmp_path)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("kind,keys", [("gpu", ()), ("ranks", ("W",))], ids=["gpu", "processes"])
+async def test_gpu_panel_and_processes_render_as_saved(
+    kind: str, keys: tuple[str, ...], size: tuple[int, int], tmp_path: Path
+) -> None:
+    svg, text = await _render(_recording(kind, tmp_path), keys, size)
+    _check(f"{kind if kind == 'gpu' else 'processes'}-{size[0]}x{size[1]}", svg, text, tmp_path)
