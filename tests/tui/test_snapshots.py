@@ -32,15 +32,16 @@ RECORDING = data.DATA / "recordings" / "textgen_service.infertop"
 RANKS = data.DATA / "recordings" / "ranks_a100_cpu.infertop"
 UPDATE = os.environ.get("INFERTOP_UPDATE_SNAPSHOTS") == "1"
 SIZES = [(80, 24), (160, 50)]
-#: view name -> keys pressed on the replay of the recorded sample
+#: view name -> (keys pressed on the replay of the recorded sample, text on the screen once
+#: the view is drawn)
 VIEWS = {
-    "stages": (),
-    "cpu-view": ("c",),
-    "torch-ops-flame": ("o",),
-    "ops-table": ("o", "o"),
-    "flame-only": ("f",),
-    "findings": ("i",),
-    "help": ("question_mark",),
+    "stages": ((), "wall · last 5 s"),
+    "cpu-view": (("c",), "cpu · last 5 s"),
+    "torch-ops-flame": (("o",), "torch ops"),
+    "ops-table": (("o", "o"), "ops table by self time"),
+    "flame-only": (("f",), "Thread._bootstrap"),
+    "findings": (("i",), "findings · 1"),
+    "help": (("question_mark",), "infertop help (replay)"),
 }
 
 
@@ -53,12 +54,15 @@ def _recording(kind: str, tmp_path: Path) -> Path:
     return path
 
 
-async def _render(path: Path, keys: tuple[str, ...], size: tuple[int, int]) -> tuple[str, str]:
+async def _render(
+    path: Path, keys: tuple[str, ...], size: tuple[int, int], shown: str
+) -> tuple[str, str]:
     app = create_app(ReplaySource(read_recording(str(path)), Config()), title="infertop")
     async with app.run_test(size=size) as pilot:
         await wait_for(pilot, lambda: app.displayed is not None, 20.0)  # the first snapshot
         if keys:
             await pilot.press(*keys)
+        await wait_for(pilot, lambda: shown in screen_text(app), 20.0)
         # drawn and settled: the same screen for half a second (the worker publishes a new
         # snapshot within milliseconds of a key, the widgets draw it on their next refresh)
         last, since = "", time.monotonic()
@@ -93,14 +97,17 @@ def _check(name: str, svg: str, text: str, tmp_path: Path) -> None:
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 @pytest.mark.parametrize("view", list(VIEWS))
 async def test_each_view_renders_as_saved(view: str, size: tuple[int, int], tmp_path: Path) -> None:
-    svg, text = await _render(_recording("textgen", tmp_path), VIEWS[view], size)
+    keys, shown = VIEWS[view]
+    svg, text = await _render(_recording("textgen", tmp_path), keys, size, shown)
     _check(f"{view}-{size[0]}x{size[1]}", svg, text, tmp_path)
 
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
-@pytest.mark.parametrize("kind,keys", [("gpu", ()), ("ranks", ("W",))], ids=["gpu", "processes"])
+@pytest.mark.parametrize(
+    "kind,keys,shown", [("gpu", (), "this process"), ("ranks", ("W",), "processes")], ids=["gpu", "processes"]
+)
 async def test_gpu_panel_and_processes_render_as_saved(
-    kind: str, keys: tuple[str, ...], size: tuple[int, int], tmp_path: Path
+    kind: str, keys: tuple[str, ...], shown: str, size: tuple[int, int], tmp_path: Path
 ) -> None:
-    svg, text = await _render(_recording(kind, tmp_path), keys, size)
+    svg, text = await _render(_recording(kind, tmp_path), keys, size, shown)
     _check(f"{kind if kind == 'gpu' else 'processes'}-{size[0]}x{size[1]}", svg, text, tmp_path)
