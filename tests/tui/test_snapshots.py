@@ -1,13 +1,13 @@
 """The UI seen as pixels: every panel and screen rendered at 80x24 and 160x50 from committed
 recordings, compared whole (SVG, as Textual exports a screen) with the images saved under
-``tests/data/snapshots/``. A change in a layout, a colour, a label or a number fails here; on
-a failure the new image is written beside the test's temporary folder and the first differing
-row of the screen's text is shown.
+``tests/data/snapshots/``. A change in a layout, a colour, a label or a number fails here; on a
+failure the new image is written to the test's temporary folder and the screen's text is
+shown.
 
-Recordings: the recorded textgen sample (``tests/data/recordings/``), a recording with two
-GPUs' NVML readings made from the fixtures (``gpu_data``), and two real traces imported as a
-directory of ranks, committed (the processes screen). Textual is pinned in requirements-dev.txt, since
-its renderer draws the pixels. An intended change of look is accepted by regenerating them:
+Recordings: the recorded textgen sample (``tests/data/recordings/``), a recording with two GPUs'
+NVML readings made from the fixtures (``gpu_data``), and two real traces imported as a directory
+of ranks, committed (the processes screen). Textual is pinned in requirements-dev.txt, since its
+renderer draws the pixels. An intended change of look is accepted by regenerating them:
 ``INFERTOP_UPDATE_SNAPSHOTS=1 python -m pytest tests/tui/test_snapshots.py``."""
 
 from __future__ import annotations
@@ -104,7 +104,9 @@ async def test_each_view_renders_as_saved(view: str, size: tuple[int, int], tmp_
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 @pytest.mark.parametrize(
-    "kind,keys,shown", [("gpu", (), "this process"), ("ranks", ("W",), "processes")], ids=["gpu", "processes"]
+    "kind,keys,shown",
+    [("gpu", (), "this process"), ("ranks", ("W",), "processes")],
+    ids=["gpu", "processes"],
 )
 async def test_gpu_panel_and_processes_render_as_saved(
     kind: str, keys: tuple[str, ...], shown: str, size: tuple[int, int], tmp_path: Path
