@@ -45,6 +45,13 @@ VIEWS = {
 }
 
 
+@pytest.fixture(autouse=True)
+def _colours(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The images are in colour whatever the shell says: ``NO_COLOR`` (read when an app is made)
+    would turn them grey."""
+    monkeypatch.delenv("NO_COLOR", raising=False)
+
+
 def _recording(kind: str, tmp_path: Path) -> Path:
     if kind == "gpu":
         return write_gpu_recording(tmp_path / "gpu.infertop")
