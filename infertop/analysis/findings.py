@@ -429,4 +429,4 @@ def evaluate(inp: FindingInput, thresholds: FindingThresholds | None = None) -> 
     return ranked(f for fn in RULES.values() if (f := fn(inp, th)) is not None)
 
 
-__all__ = ["Finding", "FindingInput", "MemoryState", "RULES", "evaluate"]
+__all__ = ["Finding", "FindingInput", "MemoryState", "RULES", "evaluate", "ranked", "severity_rank"]
