@@ -41,20 +41,38 @@ What the agent does, on one daemon thread named ``infertop-agent``:
 
 from __future__ import annotations
 
+import importlib
 import os
 
-from infertop.agent.payload.constants import DEFAULT_CONFIG, OP_GAP_NS, REGISTRY_KEY
-from infertop.agent.payload.events import (
-    CPU_KINDS,
-    GPU_KINDS,
-    RUNTIME_KINDS,
-    is_blocking_call,
-    kernel_kind,
-    memcpy_kind,
-)
-from infertop.agent.payload.kineto import format_shapes, kineto_events
-from infertop.agent.payload.reduce import gpu_busy, op_time, reduce_events
-from infertop.agent.payload.stages import find_stage_codes, match_stage, parse_stage_patterns
+#: the names tests and infertop import from here, and the part each lives in: loaded when first
+#: asked for, so that taking one (the trace report's ``memcpy_kind``) does not load every part
+_EXPORTS = {
+    "DEFAULT_CONFIG": "constants",
+    "OP_GAP_NS": "constants",
+    "REGISTRY_KEY": "constants",
+    "CPU_KINDS": "events",
+    "GPU_KINDS": "events",
+    "RUNTIME_KINDS": "events",
+    "is_blocking_call": "events",
+    "kernel_kind": "events",
+    "memcpy_kind": "events",
+    "format_shapes": "kineto",
+    "kineto_events": "kineto",
+    "gpu_busy": "reduce",
+    "op_time": "reduce",
+    "reduce_events": "reduce",
+    "find_stage_codes": "stages",
+    "match_stage": "stages",
+    "parse_stage_patterns": "stages",
+}
+
+
+def __getattr__(name):
+    part = _EXPORTS.get(name)
+    if part is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{part}"), name)
+
 
 __all__ = [
     "CPU_KINDS",
