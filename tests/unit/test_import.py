@@ -149,8 +149,9 @@ def _bad(tmp_path: Path, name: str, data: bytes) -> Path:
         ("garbage.json", b"\x00\x01 not json at all", "not valid JSON"),
         ("list.json", b"[1, 2, 3]", "not a torch.profiler trace"),
         ("nothing.json", json.dumps({"traceEvents": [{"ph": "M", "name": "x"}]}).encode(), "no torch.profiler events"),
-        ("cut.json.gz", gzip.compress(b'{"traceEvents": [' * 50)[:40], "gzip"),
+        ("cut.json.gz", gzip.compress(b'{"traceEvents": [' * 50, mtime=0)[:40], "gzip"),
     ],
+    ids=["garbage", "list", "nothing", "cut-gzip"],
 )
 def test_bad_input_is_one_line_and_exit_5(tmp_path: Path, name: str, data: bytes, needle: str) -> None:
     out = tmp_path / "out.infertop"
