@@ -11,6 +11,10 @@ A config file looks like::
     [stages]            # extra stage rules, tried before the defaults
     preprocess = ["*server.py:encode_batch", "parse_request"]
     retrieval = ["*/faiss/*:*"]
+
+    [flame]             # call plumbing merged into its caller in flames and top frames
+    fold = ["*/mylib/decorators.py:wrapper"]    # folded as well as the defaults
+    fold_defaults = true                        # false: only the patterns above
 """
 
 from __future__ import annotations
@@ -131,6 +135,29 @@ WAIT_FRAMES: tuple[str, ...] = (
 )
 
 
+#: Call plumbing that adds no information, merged into its caller in every flame and in the top
+#: frames (time kept, just not drawn as a level; key ``z`` in the UI shows it again). Patterns
+#: are ``FILE_GLOB:FUNC_GLOB`` like stage rules; a dotted name also matches the bare name
+#: Python < 3.11 reports (``Thread.run`` matches ``run`` in ``threading.py``).
+DEFAULT_FOLD_FRAMES: tuple[str, ...] = (
+    "*/torch/nn/modules/module.py:Module._wrapped_call_impl",
+    "*/torch/nn/modules/module.py:Module._call_impl",
+    "*/torch/utils/_contextlib.py:*decorate_context",  # @torch.no_grad(), @inference_mode()
+    "*/contextlib.py:*.inner",  # ContextDecorator used as a decorator
+    "*/functools.py:*wrapper",  # singledispatch
+    "*/functools.py:*._method",  # singledispatchmethod
+    "*/transformers/utils/deprecation.py:*wrapped_func",
+    "*/transformers/utils/generic.py:*wrapper",  # can_return_tuple, check_model_inputs, ...
+    "*/transformers/utils/output_capturing.py:*wrapper",
+    "*/transformers/utils/import_utils.py:*wrapper",
+    "*/threading.py:Thread._bootstrap",
+    "*/threading.py:Thread._bootstrap_inner",
+    "*/threading.py:Thread.run",
+    "*/concurrent/futures/thread.py:_worker",
+    "*/concurrent/futures/thread.py:_WorkItem.run",
+)
+
+
 @dataclass(frozen=True)
 class CollectConfig:
     #: 50 Hz: every py-spy sample stops all the target's threads (~0.3 ms with 8 threads), so
@@ -181,6 +208,8 @@ class Config:
     findings: FindingThresholds = field(default_factory=FindingThresholds)
     #: user rules, tried before the defaults: ``(stage, pattern)``
     stage_rules: tuple[tuple[str, str], ...] = ()
+    #: frames folded into their callers (``[flame] fold``, after the defaults)
+    fold_frames: tuple[str, ...] = DEFAULT_FOLD_FRAMES
 
     def with_stage_args(self, args: list[str]) -> Config:
         """Add ``--stage NAME=PATTERN`` arguments (they go before the file's rules)."""
@@ -255,7 +284,26 @@ def load_config(path: str | None) -> Config:
             findings = replace(findings, **{key: type(getattr(findings, key))(_positive(value, f"findings.{key}", path))})
         except ValueError as exc:
             raise UsageError(str(exc)) from None
-    return Config(collect=collect, stage_rules=tuple(rules), findings=findings)
+    return Config(collect=collect, stage_rules=tuple(rules), findings=findings,
+                  fold_frames=_fold_frames(data.get("flame", {}), path))  # fmt: skip
+
+
+def _fold_frames(raw: object, path: str) -> tuple[str, ...]:
+    if not isinstance(raw, dict):
+        raise UsageError(f"{path}: [flame] must be a table (fold = [PATTERN, ...])")
+    unknown = set(raw) - {"fold", "fold_defaults"}
+    if unknown:
+        raise UsageError(f"{path}: unknown [flame] key {sorted(unknown)[0]!r}",
+                         "known: fold, fold_defaults")  # fmt: skip
+    patterns = raw.get("fold", [])
+    if isinstance(patterns, str):
+        patterns = [patterns]
+    if not isinstance(patterns, list) or not all(isinstance(p, str) and p for p in patterns):
+        raise UsageError(f"{path}: flame.fold must be a list of FILE_GLOB:FUNC_GLOB patterns")
+    defaults = raw.get("fold_defaults", True)
+    if not isinstance(defaults, bool):
+        raise UsageError(f"{path}: flame.fold_defaults must be true or false")
+    return (DEFAULT_FOLD_FRAMES if defaults else ()) + tuple(patterns)
 
 
 def _positive(value: object, key: str, path: str) -> float:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from infertop.analysis.flame import FlameNode, TopFrame, build_flame, top_frames
+from infertop.analysis.fold import FlameShape, ShaperCache
 from infertop.analysis.gpu_series import GpuAccumulator, GpuView, gpu_view
 from infertop.analysis.ops import (
     GpuWork,
@@ -59,7 +60,7 @@ class Snapshot:
     totals: tuple[StageShare, ...]  # the session up to t
     recent: tuple[StageShare, ...]  # the last ``recent_s`` seconds
     history: tuple[dict[str, int], ...]  # stage counts per window of the view, oldest first
-    flame: FlameNode
+    flame: FlameNode  # of ``shape``: plumbing folded, line- or function-level frames
     stage_filter: str | None
     top: tuple[TopFrame, ...]
     statuses: tuple[CollectorStatus, ...]
@@ -98,6 +99,7 @@ class Snapshot:
     wall_totals: tuple[StageShare, ...] = ()
     cpu_totals: tuple[StageShare, ...] = ()
     wall_measured: bool = False
+    shape: FlameShape = field(default_factory=FlameShape)  # of ``flame`` and ``top``
 
     @property
     def duration_s(self) -> float:
@@ -180,6 +182,7 @@ class SnapshotCaches:
     ops: OpAccumulator = field(default_factory=OpAccumulator)
     gpu: GpuAccumulator = field(default_factory=GpuAccumulator)
     processes: ProcessFilter = field(default_factory=ProcessFilter)
+    shapes: ShaperCache = field(default_factory=ShaperCache)
 
 
 def build_snapshot(
@@ -196,13 +199,15 @@ def build_snapshot(
     notes: tuple[str, ...] = (),
     process: int | None = None,
     view: str = "wall",
+    shape: FlameShape | None = None,
 ) -> Snapshot:
     """The session at ``t`` (None: its newest moment; replay gives the playhead) as one
     immutable ``Snapshot``: stage shares of both views, the flame (of ``stage_filter`` only,
     if given), top frames, ops, GPU, findings' inputs, the last ``history`` windows for the
     sparkline and the ``recent_s`` seconds the stage panel shows. ``process``: one process of a
     many-process session, its samples and its agent's ops only. ``view``: the stage panel's
-    time ("wall" or "cpu"). ``recording``, ``recording_bytes``, ``replay``, ``notes``: what the
+    time ("wall" or "cpu"). ``shape``: how the flame and top frames draw stacks (default:
+    plumbing folded, line-level frames). ``recording``, ``recording_bytes``, ``replay``, ``notes``: what the
     status line shows, passed through."""
     caches = caches or SnapshotCaches()
     windows = session.windows_between(None, t)
@@ -220,7 +225,8 @@ def build_snapshot(
     else:
         process = None
         stack_counts = caches.stacks.upto(session, len(windows))
-    frames_of = session.symbols.stack_frames
+    shape = shape or FlameShape()
+    frames_of = caches.shapes.get(id(session), shape, session.symbols.stack_frames)
     duration = max(0.0, t_now - session.t_first)
     latencies = session.span_latencies(t)  # every span so far, folded ones included
     span_list = session.spans_between(None, t) if latencies is None else []
@@ -321,4 +327,5 @@ def build_snapshot(
         wall_totals=tuple(wall_totals),
         cpu_totals=tuple(cpu_totals),
         wall_measured=wall_measured,
+        shape=shape,
     )

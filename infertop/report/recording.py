@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from infertop.analysis.fold import FlameShape
 from infertop.analysis.snapshot import Snapshot, build_snapshot
 from infertop.config import Config
 from infertop.record.reader import Recording
@@ -30,7 +31,8 @@ def recording_report(
     ``source.path``, the recording's own by default). ``processes``: add the processes section
     and its findings (``diff`` compares the whole-session findings only)."""
     src = ReplaySource(rec, cfg)
-    snap = build_snapshot(src.session, t=src.t, notes=src.notes)
+    shape = FlameShape(patterns=cfg.fold_frames)  # top frames with the config's plumbing folded
+    snap = build_snapshot(src.session, t=src.t, notes=src.notes, shape=shape)
     rep = build_report(snap, kind, path if path is not None else rec.path, cfg.findings)
     if processes:
         add_processes(rep, src.session, src.t, cfg.findings)  # None: one process

@@ -29,6 +29,7 @@ from infertop.tui.ingest import (
     ScaleSpeed,
     SeekBy,
     SeekTo,
+    SetFlameShape,
     SetProcess,
     SetStageFilter,
     SetTimeView,
@@ -87,6 +88,21 @@ class InfertopApp(App[None]):
             "Ops",
             "lower panel: Python flame → torch-ops flame → ops table (torch.profiler windows)",
         ),
+        _b(
+            "z",
+            "toggle_fold",
+            "Fold",
+            "flame: fold call plumbing (Module._call_impl, decorator wrappers, thread "
+            "bootstrap) into its caller, or show every frame ([flame] fold in the config)",
+            show=False,
+        ),
+        _b(
+            "n",
+            "toggle_lines",
+            "Lines",
+            "flame: one frame per function (lines merged) or per line of a function",
+            show=False,
+        ),
         _b("f", "toggle_flame", "Flame", "flame view only, for more rows (f again: both panels)"),
         _b(
             "i",
@@ -139,6 +155,8 @@ class InfertopApp(App[None]):
         self.paused = False
         self.stage_filter: str | None = None
         self.time_view = "wall"  # the stage panel's view of time (key c)
+        self.fold = True  # the flame's plumbing frames folded (key z)
+        self.lines = True  # the flame's frames per line, not per function (key n)
         self.process: int | None = None  # --children: the process shown (None: all merged)
         self.view = VIEWS[0]  # what the lower panel shows
         self._view_chosen = False  # the user picked a view (o): never switch it for them
@@ -297,6 +315,16 @@ class InfertopApp(App[None]):
         """Wall ↔ CPU (the stage panel; findings stay on wall time)."""
         self.time_view = "cpu" if self.time_view == "wall" else "wall"
         self.worker.send(SetTimeView(self.time_view))
+
+    def action_toggle_fold(self) -> None:
+        self.fold = not self.fold
+        self.worker.send(SetFlameShape(self.fold, self.lines))
+        self.notify("flame: call plumbing folded" if self.fold else "flame: every frame shown")
+
+    def action_toggle_lines(self) -> None:
+        self.lines = not self.lines
+        self.worker.send(SetFlameShape(self.fold, self.lines))
+        self.notify("flame: a frame per line" if self.lines else "flame: a frame per function")
 
     def action_next_process(self) -> None:
         """All processes merged → each process followed (--children) → merged again."""

@@ -17,6 +17,7 @@ from typing import Any
 
 from textual.message import Message
 
+from infertop.analysis.fold import FlameShape
 from infertop.analysis.live_findings import StragglerCheck, with_findings
 from infertop.analysis.processes.table import process_rows
 from infertop.analysis.snapshot import ReplayState, Snapshot, SnapshotCaches, build_snapshot
@@ -62,6 +63,12 @@ class SetProcess:
 
 
 @dataclass(frozen=True)
+class SetFlameShape:
+    fold: bool  # plumbing frames folded into their callers
+    lines: bool  # False: function-level frames
+
+
+@dataclass(frozen=True)
 class StartRecording:
     path: str
 
@@ -78,7 +85,7 @@ class _Stop:
 
 Command = (
     SeekTo | SeekBy | TogglePlay | ScaleSpeed | SetStageFilter | StartRecording | StopRecording
-    | SetProcess | SetTimeView
+    | SetProcess | SetTimeView | SetFlameShape
 )
 
 
@@ -106,6 +113,7 @@ class IngestWorker:
         self._stage_filter: str | None = None
         self._time_view = "wall"
         self._process: int | None = None
+        self._shape = FlameShape(patterns=source.config.fold_frames)
         self._stragglers = StragglerCheck()
         self._error: str | None = None
         self._history = source.config.collect.history_windows
@@ -233,6 +241,7 @@ class IngestWorker:
             replay=replay,
             notes=notes,
             view=self._time_view,
+            shape=self._shape,
         )
         if snap.processes:  # the process selector's numbers
             rows = process_rows(src.session, snap.processes, src.t if self.replay else None)
@@ -250,6 +259,8 @@ class IngestWorker:
             self._time_view = cmd.view
         elif isinstance(cmd, SetProcess):
             self._process = cmd.pid
+        elif isinstance(cmd, SetFlameShape):
+            self._shape = replace(self._shape, fold=cmd.fold, lines=cmd.lines)
         elif isinstance(cmd, (StartRecording, StopRecording)):
             if not self.replay:
                 self._apply_recording(cmd)

@@ -238,3 +238,33 @@ async def test_f_gives_the_flame_view_the_whole_screen(replay_source: ReplaySour
         await pilot.press("f")
         await pilot.pause(0.05)
         assert app.query_one(StagePanel).display
+
+
+async def test_z_shows_the_plumbing_frames_and_n_merges_lines() -> None:
+    """On the recorded text-generation service: its stacks go through torch's
+    ``Module._call_impl``, folded by default; ``z`` draws it, ``n`` merges a function's lines."""
+    from tests.support import data
+
+    rec = read_recording(str(data.DATA / "recordings" / "textgen_service.infertop"))
+    app = create_app(ReplaySource(rec, Config()), title="infertop")
+
+    def names() -> set[str]:
+        snap = app.displayed
+        out, stack = set(), list(snap.flame.children.values()) if snap else []
+        while stack:
+            node = stack.pop()
+            out.add(node.frame.function)
+            stack.extend(node.children.values())
+        return out
+
+    async with app.run_test(size=(120, 40)) as pilot:
+        await started(pilot, app)
+        assert "Module._call_impl" not in names() and "Batcher.serve" in names()
+        await pilot.press("z")
+        await wait_for(pilot, lambda: "Module._call_impl" in names())
+        await pilot.press("z")
+        await wait_for(pilot, lambda: "Module._call_impl" not in names())
+        await pilot.press("n")
+        await wait_for(pilot, lambda: app.displayed.shape.lines is False)
+        flame = app.displayed.flame
+        assert flame.total > 0 and all(c.frame.line == 0 for c in flame.children.values())

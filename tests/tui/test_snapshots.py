@@ -39,7 +39,7 @@ VIEWS = {
     "cpu-view": (("c",), "cpu · last 5 s"),
     "torch-ops-flame": (("o",), "torch ops"),
     "ops-table": (("o", "o"), "ops table by self time"),
-    "flame-only": (("f",), "Thread._bootstrap"),
+    "flame-only": (("f",), "Batcher.run"),
     "findings": (("i",), "findings · 1"),
     "help": (("question_mark",), "infertop help (replay)"),
 }

@@ -285,7 +285,7 @@ class FlameList(ScrollView, can_focus=True, inherit_bindings=False):
             name, where = short_name(frame.function, max(8, room)), ""
         else:
             device, name = False, frame.function
-            where = f"  {frame.short_file}:{frame.line}"
+            where = f"  {frame.short_file}:{frame.line}" if frame.line else f"  {frame.short_file}"
         segments = [
             Segment(filled, base + Style(color=color)),
             Segment(empty, base + Style(bgcolor="#262626" if not selected else None)),
