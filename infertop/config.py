@@ -155,6 +155,7 @@ DEFAULT_FOLD_FRAMES: tuple[str, ...] = (
     "*/threading.py:Thread.run",
     "*/concurrent/futures/thread.py:_worker",
     "*/concurrent/futures/thread.py:_WorkItem.run",
+    "*importlib._bootstrap*:_call_with_frames_removed",  # every import's trampoline
 )
 
 

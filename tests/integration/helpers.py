@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
+
 ROOT = Path(__file__).resolve().parents[2]
 INFERTOP = [sys.executable, "-m", "infertop"]
 
@@ -113,3 +115,24 @@ def workers_of(pid: int) -> list[int]:
     from infertop.collect.tree import descendants, read_cmdline
 
     return [p for p in descendants(pid) if "spawn_main" in read_cmdline(p)]
+
+
+def until(predicate, timeout: float, what: str, interval: float = 0.1):
+    """Poll ``predicate`` until it is truthy (returns its value) or fail after ``timeout`` s
+    saying ``what`` was awaited."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {timeout:.0f} s for {what}")
+        time.sleep(interval)
+
+
+def pid_gone(pid: int | str) -> bool:
+    """No process ``pid`` (a zombie child counts as gone: it runs nothing)."""
+    try:
+        return psutil.Process(int(pid)).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True

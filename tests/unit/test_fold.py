@@ -98,6 +98,7 @@ def test_function_level_frames_merge_the_lines_of_one_function() -> None:
             True,
         ),  # fmt: skip
         (Frame("BertModel.forward", "/venv/transformers/models/bert/modeling_bert.py", 900), False),
+        (Frame("_call_with_frames_removed", "<frozen importlib._bootstrap>", 241), True),
         (Frame("MyThread.run", "/srv/app/worker.py", 10), False),  # a user's own run()
         (Frame("Module.__call__", "/venv/torch/nn/modules/module.py", 1), False),
     ],
