@@ -30,6 +30,11 @@ def add_arguments(p: argparse.ArgumentParser, _agent: AgentConfig | None) -> Non
         help="exit 1 when a gated number grew more than PCT %% (without it: report only, exit 0)",
     )  # fmt: skip
     p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument(
+        "--flame", action="store_true",
+        help="print the differential flame instead: the new recording's call tree, each frame's "
+        "share beside its share in the base (red grew, blue shrank); recordings only",
+    )  # fmt: skip
     add_config_flags(p)
 
 
@@ -42,12 +47,35 @@ def run(args: argparse.Namespace) -> int:
     if args.fail_above is not None and not args.fail_above >= 0:
         raise UsageError(f"--fail-above {args.fail_above:g} must be a percentage >= 0")
     cfg = load_cfg(args.config, args.stage)
-    res = compare(load_profile(args.base, cfg), load_profile(args.new, cfg), args.fail_above)
-    if args.format == "json":
+    base, new = load_profile(args.base, cfg), load_profile(args.new, cfg)
+    res = compare(base, new, args.fail_above)
+    if args.flame:
+        _print_flame(args, base.flame, new.flame)
+    elif args.format == "json":
         sys.stdout.write(json.dumps(as_json(res), indent=2) + "\n")
     else:
         sys.stdout.write(render_text(res))
     return EXIT_REGRESSION if res.regressions else EXIT_OK
+
+
+def _print_flame(args: argparse.Namespace, base: object, new: object) -> None:
+    import os
+
+    from infertop.analysis.flame import FlameNode
+    from infertop.compare.flame_render import flame_diff_json, render_flame_diff
+
+    for path, flame in ((args.base, base), (args.new, new)):
+        if not isinstance(flame, FlameNode):
+            raise UsageError(
+                f"{path} is a torch.profiler trace: it has no Python samples for a flame",
+                "diff --flame compares two infertop recordings (record, attach --record)",
+            )
+    assert isinstance(base, FlameNode) and isinstance(new, FlameNode)
+    if args.format == "json":
+        sys.stdout.write(json.dumps(flame_diff_json(new, base), indent=2) + "\n")
+        return
+    colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
+    sys.stdout.write(render_flame_diff(new, base, args.base, args.new, colour=colour))
 
 
 COMMAND = Command(

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from infertop.analysis.flame import FlameNode
 from infertop.config import Config
 
 STEP_RE = re.compile(r"^ProfilerStep#\d+$")
@@ -46,6 +47,7 @@ class Profile:
     gpu_us: float = 0.0  # device time (kernels, copies, memsets)
     findings: dict[str, dict] = field(default_factory=dict)  # rule -> finding
     warning: str | None = None
+    flame: FlameNode | None = None  # the Python call tree (plumbing folded); None: a trace
 
 
 def load_profile(path: str, config: Config | None = None) -> Profile:
@@ -64,7 +66,7 @@ def _from_recording(path: str, cfg: Config) -> Profile:
     rec = read_recording(path)
     made = recording_report(rec, cfg, path=path, processes=False)
     rep, s, snap = made.report, made.source.session, made.snapshot
-    prof = Profile("recording", path, snap.op_seconds, 0, warning=rec.warning)
+    prof = Profile("recording", path, snap.op_seconds, 0, warning=rec.warning, flame=snap.flame)
     for sp in s.spans:
         prof.latencies.setdefault(f"stage {sp.stage}", []).append((sp.t_end - sp.t_start) * 1000)
     seen: set[tuple[str, int, float]] = set()

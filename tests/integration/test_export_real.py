@@ -70,6 +70,20 @@ def test_a_real_session_exports_and_diffs(tmp_path) -> None:
     assert d.returncode == 1, d.stdout + d.stderr
     regressed = {(r["what"], r["name"]) for r in json.loads(d.stdout)["regressions"]}
     assert ("stage share", "preprocess") in regressed
+    # the differential flame: the naive tokenizer's frames grew, the model's share shrank
+    fl = infertop("diff", base, slow, "--flame", "--format", "json")
+    assert fl.returncode == 1, fl.stderr  # the exit code is the gate's, as without --flame
+    frames = json.loads(fl.stdout)["frames"]
+    by_name = {}
+    for f in frames:  # the biggest node of each function
+        if abs(f["change"]) > abs(by_name.get(f["function"], {"change": 0})["change"]):
+            by_name[f["function"]] = f
+    assert by_name["Tokenizer._encode_piece_slow"]["base_share"] == 0  # new in the slow run
+    assert by_name["Tokenizer.encode_batch"]["change"] > 0.2
+    assert by_name["TinyCausalLM.forward"]["change"] < -0.1
+    assert not any("_call_impl" in f["function"] for f in frames)  # plumbing folded
+    text = infertop("diff", base, slow, "--flame").stdout
+    assert "Tokenizer.encode_batch" in text and "new" in text and "\x1b[" not in text  # no tty
 
 
 def test_holistic_trace_analysis_loads_the_kineto_export(tmp_path) -> None:
