@@ -16,8 +16,9 @@ $(STAMP): pyproject.toml requirements-dev.txt
 demo: $(STAMP)
 	$(VENV)/bin/infertop demo
 
+# the whole suite on both cores (pytest-xdist): many tests wait on real processes, not the CPU
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2
 
 # the inner loop: no real processes end to end, on both cores (pytest-xdist): ~85 s on 2 cores
 test-fast: $(STAMP)

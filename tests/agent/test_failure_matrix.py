@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 
+import psutil
 import pytest
 from agenthelpers import Client, clean_env, threads, wait_until
 
@@ -44,10 +45,13 @@ def waiting_for_safe_point(pid: int) -> bool:
 
 
 def ptrace_helpers() -> list[int]:
-    """Pids of the injector's ptrace helper processes still running (inject.ptrace.via_ptrace)."""
+    """Pids of the injector's ptrace helper processes this test started (directly or through
+    the CLI) still running (inject.ptrace.via_ptrace); another test's, running beside this one
+    under pytest-xdist, are not ours to judge."""
+    ours = {p.pid for p in psutil.Process().children(recursive=True)}
     out = subprocess.run(["pgrep", "-f", "infertop.agent.inject --ptrace-session"],
                          capture_output=True, text=True).stdout  # fmt: skip
-    return [int(x) for x in out.split()]
+    return [int(x) for x in out.split() if int(x) in ours]
 
 
 def test_target_killed_while_injection_waits_for_it(targets):

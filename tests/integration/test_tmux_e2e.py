@@ -129,6 +129,7 @@ def test_run_starts_the_command_shows_it_and_stops_it_on_quit(tmp_path) -> None:
             str(p.pid)
             for p in psutil.process_iter(["cmdline"])
             if (p.info["cmdline"] or [])[-1:] == [str(script)] and "infertop" not in " ".join(p.info["cmdline"][:-1])
+            and "infertop run" in " ".join(_parent_cmdline(p))  # this test's, not another's
         ]
         assert len(children) == 1
         term.keys("q")
