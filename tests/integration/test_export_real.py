@@ -71,7 +71,7 @@ def test_a_real_session_exports_and_diffs(tmp_path) -> None:
     regressed = {(r["what"], r["name"]) for r in json.loads(d.stdout)["regressions"]}
     assert ("stage share", "preprocess") in regressed
     # the differential flame: the naive tokenizer's frames grew, the model's share shrank
-    fl = infertop("diff", base, slow, "--flame", "--format", "json")
+    fl = infertop("diff", base, slow, "--flame", "--format", "json", "--fail-above", "20")
     assert fl.returncode == 1, fl.stderr  # the exit code is the gate's, as without --flame
     frames = json.loads(fl.stdout)["frames"]
     by_name = {}

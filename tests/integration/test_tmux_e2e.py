@@ -104,7 +104,8 @@ def test_demo_starts_the_sample_and_quitting_stops_it() -> None:
         term.wait_for(lambda s: "⚑ 1 finding" in s and "preprocess" in s, timeout=60)
         term.keys("i")
         term.wait_for(lambda s: "preprocess-hot" in s and "_encode_piece_slow" in s, timeout=20)
-        term.keys("Escape")
+        term.keys("Escape")  # closed before the next key: ESC then q at once reads as alt+q
+        term.wait_for(lambda s: "findings · 1" not in s and "forward" in s, timeout=20)
         demo_pids = [  # the demo's own sample (another test may run one of its own)
             str(p.pid)
             for p in psutil.process_iter(["cmdline"])
