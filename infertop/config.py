@@ -150,6 +150,7 @@ DEFAULT_FOLD_FRAMES: tuple[str, ...] = (
     "*/transformers/utils/generic.py:*wrapper",  # can_return_tuple, check_model_inputs, ...
     "*/transformers/utils/output_capturing.py:*wrapper",
     "*/transformers/utils/import_utils.py:*wrapper",
+    "*/transformers/modeling_layers.py:*forward_with_checkpointing",  # every decoder layer
     "*/threading.py:Thread._bootstrap",
     "*/threading.py:Thread._bootstrap_inner",
     "*/threading.py:Thread.run",
