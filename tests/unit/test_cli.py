@@ -130,6 +130,7 @@ def test_no_such_pid_is_3(infertop: Infertop) -> None:
     assert_one_clear_error(p, 3, "no process with pid 999999")
 
 
+@pytest.mark.slow  # starts a child process
 def test_non_python_process_is_4(infertop: Infertop, tmp_path) -> None:
     sleeper = subprocess.Popen(["sleep", "30"])
     try:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,13 +11,13 @@ from support.recordings import write_session
 
 from infertop.cli import main
 from tests.support import data
+from tests.support.cli import Ran, run_cli
 
 TRACES = data.TRACES
-DIFF = [sys.executable, "-m", "infertop", "diff"]
 
 
-def _diff(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(DIFF + list(args), check=False, capture_output=True, text=True, timeout=120)
+def _diff(*args: str) -> Ran:
+    return run_cli("diff", *args)  # in this process: main([...])
 
 
 @pytest.fixture

@@ -5,8 +5,6 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -26,6 +24,7 @@ from infertop.export.run import export
 from infertop.record.writer import RecordingWriter
 from infertop.trace.table import CAT, read_trace
 from tests.support import data
+from tests.support.cli import run_cli
 
 TRACES = data.TRACES
 SCHEMA = json.loads(
@@ -296,29 +295,16 @@ def test_speedscope_from_a_kineto_trace(trace: str, tmp_path) -> None:
 def test_export_errors_are_one_line_with_the_right_code(tmp_path) -> None:
     junk = tmp_path / "junk.infertop"
     junk.write_bytes(b"not a recording at all")
-    cmd = [sys.executable, "-m", "infertop", "export"]
-    p = subprocess.run(
-        cmd + [str(junk), "--format", "chrome", "-o", str(tmp_path / "o.json")],
-        check=False,
-        capture_output=True,
-        text=True,
-    )
+    p = run_cli("export", str(junk), "--format", "chrome", "-o", str(tmp_path / "o.json"))
     assert (
         p.returncode == 5
         and "not an infertop recording" in p.stderr
         and "Traceback" not in p.stderr
     )
     rec = write_session(str(tmp_path / "s.infertop"), seconds=1)
-    p = subprocess.run(
-        cmd + [rec, "--format", "chrome", "-o", str(tmp_path / "no/such/dir/o.json")],
-        check=False,
-        capture_output=True,
-        text=True,
-    )
+    p = run_cli("export", rec, "--format", "chrome", "-o", str(tmp_path / "no/such/dir/o.json"))
     assert p.returncode == 2 and "cannot write" in p.stderr and "Traceback" not in p.stderr
-    p = subprocess.run(
-        cmd + [rec, "--format", "chrome", "-o", rec], check=False, capture_output=True, text=True
-    )
+    p = run_cli("export", rec, "--format", "chrome", "-o", rec)
     assert p.returncode == 2 and "overwrite" in p.stderr
     assert os.path.getsize(rec) > 100  # untouched
 
@@ -383,12 +369,7 @@ def test_kineto_export_round_trips_device_time_copies_and_steps(tmp_path) -> Non
     launches = set(t.correlation[t.cat == CAT["cuda_runtime"]].tolist())
     assert set(t.correlation[kernels].tolist()) <= launches
     # the trace reads as a trace: report finds the pageable copies, and it exports to Chrome
-    p = subprocess.run(
-        [sys.executable, "-m", "infertop", "report", out, "--format", "json"],
-        check=False,
-        capture_output=True,
-        text=True,
-    )
+    p = run_cli("report", out, "--format", "json")
     assert p.returncode == 0 and "memcpy-pageable" in {
         f["rule"] for f in json.loads(p.stdout)["findings"]
     }
@@ -401,22 +382,7 @@ def test_kineto_export_needs_profiler_windows(tmp_path) -> None:
     w = RecordingWriter(rec)
     w.write(definitions() + [sample_window(1_700_000_000.0, ((MAIN, 0, 10),))])
     w.close()
-    p = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "infertop",
-            "export",
-            rec,
-            "--format",
-            "kineto",
-            "-o",
-            str(tmp_path / "k.json"),
-        ],
-        check=False,
-        capture_output=True,
-        text=True,
-    )
+    p = run_cli("export", rec, "--format", "kineto", "-o", str(tmp_path / "k.json"))
     assert p.returncode == 5 and "no torch-profiler windows" in p.stderr
 
 

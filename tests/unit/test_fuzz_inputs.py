@@ -325,17 +325,13 @@ def test_infinite_thresholds_are_refused() -> None:
 def test_report_and_export_of_a_mutated_recording_through_the_cli(tmp_path, seed: int) -> None:
     """Exit 0 (with a one-line warning when the damage cut the reading short) or exit 5 with
     one message; never a traceback, never 'internal error'."""
-    import subprocess
-    import sys
+    from tests.support.cli import run_cli
 
     path = tmp_path / "m.infertop"
     path.write_bytes(_mutate_events(session_events(3), random.Random(seed)))
     chrome = ["export", str(path), "--format", "chrome", "-o", str(tmp_path / "o.json")]
     for args in (["report", str(path), "--format", "json"], chrome):
-        p = subprocess.run(
-            [sys.executable, "-m", "infertop", *args],
-            capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
+        p = run_cli(*args)  # in this process: main([...])
         assert p.returncode in (0, 5), (args, p.returncode, p.stderr)
         assert "Traceback" not in p.stderr and "internal error" not in p.stderr, p.stderr
         lines = [ln for ln in p.stderr.splitlines() if not ln.startswith("  hint:")]

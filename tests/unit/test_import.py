@@ -5,8 +5,6 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
-import subprocess
-import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -20,16 +18,15 @@ from infertop.record.reader import read_recording
 from infertop.sources import ReplaySource
 from infertop.trace.table import read_trace
 from tests.support import data
-
-INFERTOP = [sys.executable, "-m", "infertop"]
+from tests.support.cli import Ran, run_cli
 
 
 def trace(name: str) -> Path:
     return data.trace(f"{name}.json.gz")
 
 
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(INFERTOP + list(args), capture_output=True, text=True, timeout=120)
+def run(*args: str) -> Ran:
+    return run_cli(*args)  # in this process: main([...])
 
 
 def report(path: Path) -> dict:

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,13 +18,12 @@ from infertop.record.format import HEADER, MAGIC
 from infertop.record.merge import merge_recordings
 from infertop.record.reader import read_recording
 from infertop.sources import ReplaySource
+from tests.support.cli import Ran, run_cli
 from tests.support.kineto_ranks import trace
 
-INFERTOP = [sys.executable, "-m", "infertop"]
 
-
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(INFERTOP + list(args), check=False, capture_output=True, text=True, timeout=120)
+def run(*args: str) -> Ran:
+    return run_cli(*args)  # in this process: main([...])
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +38,7 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return out[0], out[1]
 
 
-def one_line_error(p: subprocess.CompletedProcess[str], code: int, needle: str) -> None:
+def one_line_error(p: Ran, code: int, needle: str) -> None:
     assert p.returncode == code, (p.returncode, p.stderr)
     assert "Traceback" not in p.stderr and p.stderr.startswith("infertop: "), p.stderr
     assert needle in p.stderr.splitlines()[0], p.stderr

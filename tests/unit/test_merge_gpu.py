@@ -11,8 +11,6 @@ process list."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -28,17 +26,17 @@ from infertop.record.reader import read_recording
 from infertop.record.writer import RecordingWriter
 from infertop.sources import ReplaySource
 from tests.support.chrome_trace import validate
+from tests.support.cli import Ran, run_cli
 from tests.support.fake_nvml import FakeNvml
 from tests.support.recordings import T0, session_events
 
-INFERTOP = [sys.executable, "-m", "infertop"]
 SECONDS = 6
 H100_TARGET = 58720256000  # the fixture's target bytes on its first H100
 H100_USED = 61203283968
 
 
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(INFERTOP + list(args), check=False, capture_output=True, text=True, timeout=120)
+def run(*args: str) -> Ran:
+    return run_cli(*args)  # in this process: main([...])
 
 
 def nvml(fixture: str, phase: float, uuid_tag: str | None) -> list[GpuReading]:

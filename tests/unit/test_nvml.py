@@ -165,6 +165,7 @@ def test_closing_twice_frees_each_gpm_sample_once() -> None:
     assert len(freed) == len(set(freed)) == 2 and not lib.initialised
 
 
+@pytest.mark.slow  # starts a child process
 def test_a_session_of_several_processes_counts_all_their_gpu_memory() -> None:
     """With --children (or several PIDs), "the target's memory" on a GPU is the whole
     session's: a child process (a real one, below this test) that holds the memory NVML lists

@@ -100,6 +100,7 @@ print(json.dumps([new, sorted(set(sys.modules) - before), threading.active_count
 """
 
 
+@pytest.mark.slow  # starts a fresh interpreter
 def test_joined_text_imports_no_infertop_module_in_a_fresh_interpreter(tmp_path):
     """A fresh, isolated interpreter (``-I``: no PYTHONPATH, no user site, not the working
     directory): no ``infertop`` module appears in ``sys.modules`` by running the text."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import subprocess
 
+import pytest
+
 from infertop.analysis.session import Session
 from infertop.collect.pyspy import RawSampleWindow, parse_raw
 from infertop.collect.tree import descendants, read_cmdline, read_ppid, split_processes
@@ -76,6 +78,7 @@ def test_session_learns_processes_and_threads_from_a_window() -> None:
     assert not any(isinstance(e, (ProcessDef, ThreadDef)) for e in again)
 
 
+@pytest.mark.slow  # starts a child process
 def test_proc_tree_of_this_process() -> None:
     from infertop.collect.tree import _scan_descendants
 

@@ -65,6 +65,7 @@ def test_a_gone_process_reads_as_none_or_oserror() -> None:
             read(GONE)
 
 
+@pytest.mark.slow  # starts a child process
 def test_a_child_with_a_tricky_name_and_a_stop() -> None:
     code = (
         "import ctypes, sys, time\n"

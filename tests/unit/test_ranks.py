@@ -7,8 +7,6 @@ The traces are the real ones of tests/data/traces; the slower rank is a real tra
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,13 +14,12 @@ from infertop.analysis.stragglers import Step, find_stragglers
 from infertop.config import FindingThresholds
 from infertop.model.events import OpWindow, ProcessDef, ThreadDef
 from infertop.record.reader import read_recording
+from tests.support.cli import Ran, run_cli
 from tests.support.kineto_ranks import rank_dir
 
-INFERTOP = [sys.executable, "-m", "infertop"]
 
-
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(INFERTOP + list(args), check=False, capture_output=True, text=True, timeout=120)
+def run(*args: str) -> Ran:
+    return run_cli(*args)  # in this process: main([...])
 
 
 def imported(d: Path, tmp_path: Path) -> tuple[Path, dict, float]:

@@ -8,19 +8,16 @@ The traces are the real ones of tests/data/traces; the slower rank is a real tra
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 from tests.support.chrome_trace import validate
+from tests.support.cli import Ran, run_cli
 from tests.support.kineto_ranks import rank_dir
 
-INFERTOP = [sys.executable, "-m", "infertop"]
 
-
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(INFERTOP + list(args), check=False, capture_output=True, text=True, timeout=120)
+def run(*args: str) -> Ran:
+    return run_cli(*args)  # in this process: main([...])
 
 
 def test_report_of_a_directory_is_the_imported_recording_s_report(tmp_path: Path) -> None:

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 from infertop.analysis.live_findings import StragglerCheck
@@ -25,6 +23,7 @@ from infertop.model.events import (
 from infertop.record.reader import read_recording
 from infertop.record.writer import RecordingWriter
 from infertop.sources import ReplaySource
+from tests.support.cli import run_cli
 
 T0 = 1_700_000_000.0
 WORKERS = (101, 102, 103)
@@ -58,8 +57,7 @@ def _service(path: Path, forward_ms: dict[int, float], slow_intervals: int | Non
 
 
 def _report(path: Path) -> dict:
-    p = subprocess.run([sys.executable, "-m", "infertop", "report", str(path), "--format", "json"],
-                       capture_output=True, text=True, timeout=60)  # fmt: skip
+    p = run_cli("report", str(path), "--format", "json")  # in this process
     assert p.returncode == 0, p.stderr
     return json.loads(p.stdout)
 

@@ -16,6 +16,8 @@ from infertop.errors import UsageError
 from infertop.record.writer import RecordingWriter
 from tests.support.recordings import write_busy
 
+pytestmark = pytest.mark.slow  # infertop as a process of its own, its stdout on /dev/full
+
 INFERTOP = [sys.executable, "-m", "infertop"]
 
 
