@@ -134,3 +134,4 @@ def _merge_lines(root: FlameNode) -> _Merged:
             m.total += child.total
             stack.append((child, m))
     return top
+

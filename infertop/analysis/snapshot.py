@@ -40,6 +40,7 @@ from infertop.model.rows import OpRow
 
 if TYPE_CHECKING:
     from infertop.analysis.findings import Finding
+    from infertop.analysis.flame_diff import BaseShares
     from infertop.analysis.processes.table import ProcessRow
 
 
@@ -100,6 +101,10 @@ class Snapshot:
     cpu_totals: tuple[StageShare, ...] = ()
     wall_measured: bool = False
     shape: FlameShape = field(default_factory=FlameShape)  # of ``flame`` and ``top``
+    #: replay --base: the base recording's shares of ``flame``'s call paths (same shape and
+    #: stage filter), for the differential flame; None: no base
+    base: BaseShares | None = None
+    base_path: str | None = None
 
     @property
     def duration_s(self) -> float:

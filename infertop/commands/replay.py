@@ -16,6 +16,11 @@ if TYPE_CHECKING:
 
 def add_arguments(p: argparse.ArgumentParser, _agent: AgentConfig | None) -> None:
     p.add_argument("file")
+    p.add_argument(
+        "--base", metavar="OLD",
+        help="a base recording: the flame is coloured by how much each frame grew (red) or "
+        "shrank (blue) against it, widths from FILE (the differential flame)",
+    )  # fmt: skip
     add_config_flags(p)
 
 
@@ -25,12 +30,20 @@ def run(args: argparse.Namespace) -> int:
     from infertop.sources import ReplaySource
 
     rec = read_recording(args.file)
+    base_rec = read_recording(args.base) if args.base else None
     need_tty("replay")
     # imported here, after the terminal check: Textual (heavy) loads only when it can be shown
+    from infertop.analysis.base_profile import BaseProfile
     from infertop.tui.app import create_app
 
-    src = ReplaySource(rec, load_cfg(args.config, args.stage))
-    create_app(src, title=f"infertop — replay {os.path.basename(args.file)}").run()
+    cfg = load_cfg(args.config, args.stage)
+    src = ReplaySource(rec, cfg)
+    base = None
+    title = f"infertop — replay {os.path.basename(args.file)}"
+    if base_rec is not None:
+        base = BaseProfile(ReplaySource(base_rec, cfg).session, args.base)
+        title += f" vs base {os.path.basename(args.base)}"
+    create_app(src, title=title, base=base).run()
     return EXIT_OK
 
 

@@ -20,6 +20,7 @@ from textual.containers import Vertical
 from textual.css.query import NoMatches
 from textual.widgets import Footer
 
+from infertop.analysis.base_profile import BaseProfile
 from infertop.analysis.snapshot import Snapshot
 from infertop.analysis.stages import IDLE
 from infertop.config import STAGES
@@ -137,6 +138,7 @@ class InfertopApp(App[None]):
         title: str,
         on_exit: Callable[[Snapshot | None], None] | None = None,
         interval: float = 0.25,
+        base: BaseProfile | None = None,
     ) -> None:
         super().__init__()
         self.title = title
@@ -149,7 +151,7 @@ class InfertopApp(App[None]):
         self._preset_record_path = source.recording_path if isinstance(source, LiveSource) else None
         self._recording = self._preset_record_path is not None
         self._replay_path = source.recording.path if isinstance(source, ReplaySource) else None
-        self.worker = IngestWorker(source, self.post_message, interval)
+        self.worker = IngestWorker(source, self.post_message, interval, base=base)
         self.latest: Snapshot | None = None  # newest snapshot from the worker
         self.displayed: Snapshot | None = None  # the one the panels show (differs while paused)
         self.paused = False
@@ -458,8 +460,10 @@ def create_app(
     *,
     title: str,
     on_exit: Callable[[Snapshot | None], None] | None = None,
+    base: BaseProfile | None = None,
 ) -> InfertopApp:
     """The TUI over ``source`` (a LiveSource or ReplaySource). ``on_exit`` gets the last snapshot
-    after the worker has stopped the source (and closed any recording)."""
+    after the worker has stopped the source (and closed any recording). ``base``: a base
+    recording the flame is coloured against (replay --base)."""
     cls = ReplayApp if isinstance(source, ReplaySource) else LiveApp
-    return cls(source, title=title, on_exit=on_exit)
+    return cls(source, title=title, on_exit=on_exit, base=base)

@@ -17,6 +17,7 @@ from typing import Any
 
 from textual.message import Message
 
+from infertop.analysis.base_profile import BaseProfile
 from infertop.analysis.fold import FlameShape
 from infertop.analysis.live_findings import StragglerCheck, with_findings
 from infertop.analysis.processes.table import process_rows
@@ -98,7 +99,11 @@ class IngestWorker:
     """Pumps ``source`` every ``interval`` seconds on its own thread and publishes snapshots."""
 
     def __init__(
-        self, source: Source, post: Callable[[Message], object], interval: float = 0.25
+        self,
+        source: Source,
+        post: Callable[[Message], object],
+        interval: float = 0.25,
+        base: BaseProfile | None = None,
     ) -> None:
         self.source = source
         self.replay = isinstance(source, ReplaySource)
@@ -114,6 +119,7 @@ class IngestWorker:
         self._time_view = "wall"
         self._process: int | None = None
         self._shape = FlameShape(patterns=source.config.fold_frames)
+        self._base = base  # replay --base: the differential flame's reference
         self._stragglers = StragglerCheck()
         self._error: str | None = None
         self._history = source.config.collect.history_windows
@@ -243,6 +249,9 @@ class IngestWorker:
             view=self._time_view,
             shape=self._shape,
         )
+        if self._base is not None:  # its shares under the same shape and filter, built once
+            shares = self._base.shares(self._shape, self._stage_filter)
+            snap = replace(snap, base=shares, base_path=self._base.path)
         if snap.processes:  # the process selector's numbers
             rows = process_rows(src.session, snap.processes, src.t if self.replay else None)
             snap = replace(snap, process_rows=rows)

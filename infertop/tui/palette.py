@@ -68,3 +68,18 @@ def clock(seconds: float) -> str:
         return f"{h}:{rest // 60:02d}:{rest % 60:02d}"
     m, s = divmod(seconds, 60)
     return f"{int(m)}:{s:04.1f}"
+
+
+#: the differential flame (replay --base): grew is red, shrank is blue, by how many points of
+#: the whole; steady (under half a point) grey
+_GREW = ("#6e4a4a", "#9c4040", "#c83232", "#f01e1e")
+_SHRANK = ("#4a566e", "#40609c", "#3264c8", "#1e64f0")
+
+
+def diff_color(change: float) -> str:
+    """The colour of a frame that grew (``change`` > 0) or shrank by ``change`` of the whole."""
+    size = abs(change)
+    if size < 0.005:
+        return "#6c6c6c"
+    step = 0 if size < 0.02 else 1 if size < 0.05 else 2 if size < 0.10 else 3
+    return (_GREW if change > 0 else _SHRANK)[step]
