@@ -412,8 +412,26 @@ class ReplayApp(InfertopApp):
 
     BINDINGS = [
         _b("space,p", "play", "Play", "play / pause"),
-        _b("left", "seek(-5)", "-5s", "back 5 s", key_display="←", group=SEEK),
-        _b("right", "seek(5)", "+5s", "forward 5 s", key_display="→", group=SEEK),
+        _b("comma", "seek(-5)", "-5s", "back 5 s (also <)", key_display=",", group=SEEK),
+        _b("full_stop", "seek(5)", "+5s", "forward 5 s (also >)", key_display=".", group=SEEK),
+        _b("less_than_sign", "seek(-5)", "-5s", "back 5 s", key_display="<", show=False),
+        _b("greater_than_sign", "seek(5)", "+5s", "forward 5 s", key_display=">", show=False),
+        _b(
+            "left",
+            "seek(-5)",
+            "-5s",
+            "back 5 s where the focused view does not use ← (the flame does: use , there)",
+            key_display="←",
+            show=False,
+        ),
+        _b(
+            "right",
+            "seek(5)",
+            "+5s",
+            "forward 5 s where the focused view does not use → (the flame does: use . there)",
+            key_display="→",
+            show=False,
+        ),
         _b("home", "seek_to(0)", "Start", "go to the start", show=False),
         _b("end", "seek_end", "End", "go to the end", show=False),
         _b("left_square_bracket", "speed(0.5)", "½×", "half speed", key_display="[", group=SPEED),
@@ -422,7 +440,7 @@ class ReplayApp(InfertopApp):
     ]
 
 
-KEY_NAMES = {"escape": "esc"}
+KEY_NAMES = {"escape": "esc", "backspace": "backspace"}
 
 
 def create_app(
