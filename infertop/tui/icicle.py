@@ -212,14 +212,12 @@ def deepest_shown(
 
 def fit_label(text: str, room: int) -> str:
     """``text`` in at most ``room`` cells: whole, else the part after the last ``.`` (the
-    method of ``Class.method``), else cut with ``…``."""
+    method of ``Class.method``: what names the frame), cut with ``…`` if it must be."""
     if room <= 0:
         return ""
     if len(text) <= room:
         return text
-    method = text.rsplit(".", 1)[-1]
-    if method and method != text and len(method) <= room:
+    method = text.rsplit(".", 1)[-1] or text
+    if len(method) <= room:
         return method
-    if room == 1:
-        return text[0]
-    return text[: room - 1] + "…"
+    return method[0] if room == 1 else method[: room - 1] + "…"
