@@ -412,25 +412,21 @@ class ReplayApp(InfertopApp):
 
     BINDINGS = [
         _b("space,p", "play", "Play", "play / pause"),
-        _b("comma", "seek(-5)", "-5s", "back 5 s (also <)", key_display=",", group=SEEK),
-        _b("full_stop", "seek(5)", "+5s", "forward 5 s (also >)", key_display=".", group=SEEK),
-        _b("less_than_sign", "seek(-5)", "-5s", "back 5 s", key_display="<", show=False),
-        _b("greater_than_sign", "seek(5)", "+5s", "forward 5 s", key_display=">", show=False),
         _b(
-            "left",
+            "comma,less_than_sign,left",
             "seek(-5)",
             "-5s",
-            "back 5 s where the focused view does not use ← (the flame does: use , there)",
-            key_display="←",
-            show=False,
+            "back 5 s (← only where the focused view does not take it: the flame does)",
+            key_display=",",
+            group=SEEK,
         ),
         _b(
-            "right",
+            "full_stop,greater_than_sign,right",
             "seek(5)",
             "+5s",
-            "forward 5 s where the focused view does not use → (the flame does: use . there)",
-            key_display="→",
-            show=False,
+            "forward 5 s (→ likewise)",
+            key_display=".",
+            group=SEEK,
         ),
         _b("home", "seek_to(0)", "Start", "go to the start", show=False),
         _b("end", "seek_end", "End", "go to the end", show=False),
@@ -440,7 +436,15 @@ class ReplayApp(InfertopApp):
     ]
 
 
-KEY_NAMES = {"escape": "esc", "backspace": "backspace"}
+KEY_NAMES = {
+    "escape": "esc",
+    "comma": ",",
+    "full_stop": ".",
+    "less_than_sign": "<",
+    "greater_than_sign": ">",
+    "left": "←",
+    "right": "→",
+}
 
 
 def create_app(

@@ -5,14 +5,16 @@ A pattern is a glob when it has ``*``, ``?`` or ``[`` (``tokeniz*``), else a sub
 is matched, ignoring case, against the function name, and for convenience against the file
 (a glob against the file's name or its whole path). The share counts each stack path once: a
 matching frame called under another matching frame adds nothing, so ``encode*`` over
-``encode_batch → encode`` is the share of ``encode_batch``, not the sum of both.
+``encode_batch → encode`` is the share of ``encode_batch``, not the sum of both. A big tree
+is counted on a thread (``Finisher``), so the UI thread never walks more than ``SYNC_NODES``
+nodes of it.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from infertop.analysis.flame import FlameNode
 from infertop.model.events import Frame
@@ -45,49 +47,105 @@ def frame_matcher(pattern: str) -> Callable[[Frame], bool]:
 def matched_total(node: FlameNode, matches: Callable[[Frame], bool]) -> int:
     """Samples under ``node`` (itself included) in at least one matching frame, each counted
     once: the totals of the outermost matching frames."""
-    total = 0
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        if n.frame is not None and matches(n.frame):
-            total += n.total
-        else:
-            stack.extend(n.children.values())
-    return total
+    count = MatchCount(node, matches)
+    count.run()
+    return count.total
 
 
-@dataclass(frozen=True)
+class MatchCount:
+    """``matched_total`` in steps: ``run(budget)`` visits at most ``budget`` nodes and says
+    whether the count is done; a later ``run()`` goes on where it stopped."""
+
+    def __init__(self, node: FlameNode, matches: Callable[[Frame], bool]) -> None:
+        self.matches = matches
+        self.total = 0
+        self._stack = [node]
+
+    def run(self, budget: int | None = None) -> bool:
+        stack, matches, total, n = self._stack, self.matches, self.total, 0
+        while stack and (budget is None or n < budget):
+            node = stack.pop()
+            n += 1
+            if node.frame is not None and matches(node.frame):
+                total += node.total
+            else:
+                stack.extend(node.children.values())
+        self.total = total
+        return not stack
+
+
+#: nodes counted at once on the UI thread; a bigger tree is finished on a thread
+SYNC_NODES = 20_000
+
+
 class Search:
-    """A search over one tree: the pattern, the matching frames found in it, and their
-    samples (counted once per stack path) out of the tree's."""
+    """A search over one tree: the pattern, its frame test, and the samples of the matching
+    frames (counted once per stack path) out of the tree's; ``total`` is None until a tree
+    too big to count at once has been counted (``finish``, on another thread)."""
 
-    pattern: str
-    matches: Callable[[Frame], bool] = field(compare=False, repr=False)
-    total: int = 0
-    of: int = 0
+    def __init__(self, pattern: str, root: FlameNode, budget: int | None = SYNC_NODES) -> None:
+        self.pattern = pattern
+        self.matches = frame_matcher(pattern)
+        self.of = root.total
+        self._count = MatchCount(root, self.matches)
+        self.done = self._count.run(budget)
+
+    def finish(self) -> None:
+        self._count.run()
+        self.done = True
 
     @property
-    def share(self) -> float:
-        return self.total / self.of if self.of else 0.0
+    def total(self) -> int | None:
+        return self._count.total if self.done else None
+
+    @property
+    def share(self) -> float | None:
+        total = self.total
+        return None if total is None else (total / self.of if self.of else 0.0)
 
     def hit(self, node: FlameNode) -> bool:
         return node.frame is not None and self.matches(node.frame)
 
 
-def search(root: FlameNode, pattern: str) -> Search | None:
+def search(root: FlameNode, pattern: str, budget: int | None = SYNC_NODES) -> Search | None:
     """``pattern`` over the tree under ``root``; None for an empty pattern."""
     pattern = pattern.strip()
-    if not pattern:
-        return None
-    matches = frame_matcher(pattern)
-    return Search(pattern, matches, matched_total(root, matches), root.total)
+    return Search(pattern, root, budget) if pattern else None
 
 
-def search_text(found: Search | None, zoom: FlameNode | None = None) -> str:
-    """``tokeniz*: 26.1 %`` (and ``, 55.0 % of the zoom`` when zoomed into ``zoom``)."""
+def search_text(found: Search | None) -> str:
+    """``tokeniz*: 26.1 %`` (``tokeniz*: …`` while it is being counted)."""
     if found is None:
         return ""
-    text = f"{found.pattern}: {found.share * 100:.1f} %"
-    if zoom is not None and zoom.frame is not None and zoom.total:
-        text += f", {matched_total(zoom, found.matches) / zoom.total * 100:.1f} % of the zoom"
-    return text
+    share = found.share
+    return f"{found.pattern}: {'…' if share is None else f'{share * 100:.1f} %'}"
+
+
+class Finisher:
+    """Counts the searches too big to count at once on one short-lived thread, the newest
+    only, and hands each to ``done`` (on that thread)."""
+
+    def __init__(self, done: Callable[[Search], None]) -> None:
+        self._done = done
+        self._lock = threading.Lock()
+        self._next: Search | None = None
+        self._thread: threading.Thread | None = None
+
+    def submit(self, found: Search) -> None:
+        with self._lock:
+            self._next = found
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="infertop-flame-search", daemon=True
+                )
+                self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                found, self._next = self._next, None
+                if found is None:
+                    self._thread = None
+                    return
+            found.finish()
+            self._done(found)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from flame_trees import frame, loop_tree, node, tree
 from textual.app import App, ComposeResult
-from tui_data import flame_header, screen_text, shows, started, write_stacks_recording
+from tui_data import flame_header, screen_text, shows, started, wait_for, write_stacks_recording
 
 import infertop.tui.app as tui_app
 from infertop.analysis.flame import FlameNode
@@ -18,7 +18,7 @@ from infertop.analysis.snapshot import Snapshot, build_snapshot
 from infertop.config import Config
 from infertop.record.reader import read_recording
 from infertop.sources import ReplaySource
-from infertop.tui import create_app
+from infertop.tui import create_app, flame_search
 from infertop.tui.widgets.flame import FlameList, FlamePanel
 
 
@@ -261,3 +261,15 @@ async def test_search_highlights_the_matches_and_gives_their_share_once_per_stac
         assert flame.found is None and "encode*" not in panel.header_text(100)
         await pilot.press("slash", *"zzz", "escape")
         assert flame.found is None and flame.has_focus and panel.detail.display
+
+
+async def test_a_search_too_big_to_count_at_once_is_counted_on_a_thread(monkeypatch) -> None:
+    monkeypatch.setattr(flame_search, "SYNC_NODES", 2)
+    app = FlameHost()
+    async with app.run_test(size=(100, 20)) as pilot:
+        app.feed(loop_tree())
+        await pilot.pause()
+        panel = app.query_one(FlamePanel)
+        await pilot.press("slash", *"tokeniz*", "enter")
+        await wait_for(pilot, lambda: panel.header_text(100).endswith("/tokeniz*: 26.0 %"))
+        assert "tokeniz*: 26.0 %" in screen_text(app)

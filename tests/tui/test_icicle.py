@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import random
+import threading
 
 from flame_trees import frame, loop_tree, node, tree
 
 from infertop.analysis.flame import FlameNode
 from infertop.model.events import Frame
-from infertop.tui.flame_search import frame_matcher, matched_total, search, search_text
+from infertop.tui.flame_search import Finisher, frame_matcher, matched_total, search, search_text
 from infertop.tui.icicle import IcicleLayout, Span, deepest_shown, fit_label, ordered_children
 
 
@@ -152,8 +153,12 @@ def test_the_share_counts_each_stack_once() -> None:
     assert search_text(found) == "encode*: 30.0 %"
     assert found.hit(node(root, "main;decode;encode")) and not found.hit(node(root, "main"))
     assert matched_total(node(root, "main;decode"), found.matches) == 4
-    zoom = node(root, "main;encode_batch")
-    assert search_text(found, zoom) == "encode*: 30.0 %, 100.0 % of the zoom"
+    # a tree too big to count at once: the highlight is there at once, the share comes later
+    slow = search(root, "encode*", budget=2)
+    assert not slow.done and slow.total is None and search_text(slow) == "encode*: …"
+    assert slow.hit(node(root, "main;decode;encode"))
+    slow.finish()
+    assert slow.total == 30 and search_text(slow) == "encode*: 30.0 %"
     assert search(root, "  ") is None and search_text(None) == ""
     assert search(root, "nothing").total == 0
 
@@ -161,3 +166,18 @@ def test_the_share_counts_each_stack_once() -> None:
 def test_tokenize_share_of_the_loop() -> None:
     found = search(loop_tree(), "tokeniz*")
     assert search_text(found) == "tokeniz*: 26.0 %"
+
+
+def test_big_searches_are_finished_on_a_thread_newest_first() -> None:
+    root = loop_tree()
+    done: list[object] = []
+    finished = threading.Event()
+
+    def told(found: object) -> None:
+        done.append(found)
+        finished.set()
+
+    finisher = Finisher(told)
+    slow = search(root, "tokeniz*", budget=1)
+    finisher.submit(slow)
+    assert finished.wait(5) and done == [slow] and slow.total == 26

@@ -39,7 +39,10 @@ VIEWS = {
     "cpu-view": (("c",), "cpu · last 5 s"),
     "torch-ops-flame": (("o",), "torch ops"),
     "ops-table": (("o", "o"), "ops table by self time"),
-    "flame-only": (("f",), "Thread._bootstrap"),
+    "flame-only": (("f",), "Thread._bootstrap"),  # the icicle graph, the default style
+    "flame-list": (("f", "t"), "Python list"),
+    "flame-zoom": (("f", "down", "down", "down", "down", "enter"), "(57.0%)"),
+    "flame-search": (("f", "slash", *"tokeniz*", "enter"), "tokeniz*: "),
     "findings": (("i",), "findings · 1"),
     "help": (("question_mark",), "infertop help (replay)"),
 }

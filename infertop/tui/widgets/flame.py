@@ -30,7 +30,8 @@ from infertop.analysis.flame import FlameNode
 from infertop.analysis.ops import DEVICE_FILE
 from infertop.analysis.snapshot import Snapshot
 from infertop.model.events import Frame
-from infertop.tui.flame_search import Search, search, search_text
+from infertop.tui import flame_search
+from infertop.tui.flame_search import Finisher, Search, search, search_text
 from infertop.tui.icicle import IcicleLayout, deepest_shown, fit_label
 from infertop.tui.palette import bar, stage_color
 from infertop.tui.widgets.icicle import MATCH, icicle_strip, python_label
@@ -120,14 +121,19 @@ class FlameList(ScrollView, can_focus=True, inherit_bindings=False):
             key_display="→",
         ),
         Binding(
-            "pageup", "page(-1)", "PgUp", show=False, tooltip="flame: page up", key_display="pgup"
+            "pageup",
+            "page(-1)",
+            "PgUp",
+            show=False,
+            tooltip="flame: a page up (list) · as many callers up (icicle)",
+            key_display="pgup",
         ),
         Binding(
             "pagedown",
             "page(1)",
             "PgDn",
             show=False,
-            tooltip="flame: page down",
+            tooltip="flame: a page down (list) · as many callees down (icicle)",
             key_display="pgdn",
         ),
         Binding(
@@ -188,6 +194,7 @@ class FlameList(ScrollView, can_focus=True, inherit_bindings=False):
         self._selected: FlameNode | None = None
         self.pattern = ""
         self.found: Search | None = None
+        self._finisher = Finisher(self._counted_elsewhere)
         self._strips: dict[int, Strip] = {}
 
     # -- data -------------------------------------------------------------------------------
@@ -213,9 +220,29 @@ class FlameList(ScrollView, can_focus=True, inherit_bindings=False):
     def set_search(self, pattern: str) -> None:
         """Highlight the frames matching ``pattern`` ("" clears)."""
         self.pattern = pattern.strip()
-        root = self.root
-        self.found = search(root, self.pattern) if root is not None else None
+        self._search()
         self._changed()
+
+    def _search(self) -> None:
+        """The search over the current tree; one too big to count at once is finished on a
+        thread, and the header follows when it is done."""
+        root = self.root
+        if root is None or not self.pattern:
+            self.found = None
+        else:
+            self.found = search(root, self.pattern, budget=flame_search.SYNC_NODES)
+        if self.found is not None and not self.found.done:
+            self._finisher.submit(self.found)
+
+    def _counted_elsewhere(self, found: Search) -> None:  # on the finisher's thread
+        try:
+            self.app.call_from_thread(self._counted, found)
+        except Exception:  # the app is closing: nobody to tell
+            pass
+
+    def _counted(self, found: Search) -> None:
+        if found is self.found:
+            self.post_message(self.Changed())
 
     @property
     def root(self) -> FlameNode | None:
@@ -245,7 +272,7 @@ class FlameList(ScrollView, can_focus=True, inherit_bindings=False):
             self.zoom_node = node
             self.rows = flame_rows(node, zoomed=bool(self.zoom))
         self._row_index = {id(r.node): i for i, r in enumerate(self.rows)}
-        self.found = search(root, self.pattern) if root is not None and self.pattern else None
+        self._search()
         self._lay_out()
         self._changed()
 
@@ -704,11 +731,8 @@ class FlamePanel(Vertical):
         share = ""
         if flame.zoom and zoom is not None and root is not None and root.total:
             share = f" ({zoom.total / root.total * 100:.1f}%)"
-        found = search_text(flame.found, zoom if flame.zoom else None)
-        if found:
-            found = "  ·  /" + found
-            if len(head) + 12 + len(share) + len(found) > width:
-                found = "  ·  /" + search_text(flame.found)
+        found = search_text(flame.found)
+        found = "  ·  /" + found if found else ""
         crumb = breadcrumb(flame.zoom, max(8, width - len(head) - len(share) - len(found)))
         return head + crumb + share + found
 
