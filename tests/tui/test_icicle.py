@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 import threading
 
@@ -44,7 +45,7 @@ def test_children_stay_inside_their_parent_and_siblings_never_overlap() -> None:
     for width in (1, 7, 80, 157):
         lay = IcicleLayout(root, zoomed=False, width=width)
         for r, row in enumerate(lay.rows):
-            assert all(a.end <= b.x for a, b in zip(row, row[1:]))  # in order, apart
+            assert all(a.end <= b.x for a, b in itertools.pairwise(row))  # in order, apart
             assert all(s.width >= 1 and 0 <= s.x and s.end <= width for s in row)
             for s in row:
                 if s.node is None:

@@ -174,6 +174,13 @@ class FlameList(ScrollView, can_focus=True, inherit_bindings=False):
         """The zoom, the selection, the search or the data changed: the panel redraws its
         header and detail line."""
 
+    class Counted(Message, bubble=False):
+        """A search too big to count at once has been counted (on a thread)."""
+
+        def __init__(self, found: Search) -> None:
+            super().__init__()
+            self.found = found
+
     class SearchRequested(Message):
         """``/``: the panel opens its search line."""
 
@@ -235,13 +242,10 @@ class FlameList(ScrollView, can_focus=True, inherit_bindings=False):
             self._finisher.submit(self.found)
 
     def _counted_elsewhere(self, found: Search) -> None:  # on the finisher's thread
-        try:
-            self.app.call_from_thread(self._counted, found)
-        except Exception:  # the app is closing: nobody to tell
-            pass
+        self.post_message(self.Counted(found))  # thread-safe, and it does not wait
 
-    def _counted(self, found: Search) -> None:
-        if found is self.found:
+    def on_flame_list_counted(self, event: Counted) -> None:
+        if event.found is self.found:
             self.post_message(self.Changed())
 
     @property
