@@ -1,17 +1,18 @@
-"""The flame view: the session's call tree as an indented icicle list with zoom.
+"""The flame panel: the session's call tree as an icicle graph (the default) or as an
+indented list (key ``t``), with zoom, a selected frame and search.
 
-Each row is a frame: a bar (its share of the zoomed root), total %, self % (of every sample
-shown, under the stage filter), then the function indented by depth, and file:line. The zoom
-is a frame path, so it survives new snapshots; if the path disappears the view goes to the root.
-
-The same list draws the torch-ops flame (``mode = "ops"``: ops → child ops → kernels, in µs,
-from the agent's profiler windows). ``FlamePanel`` is the lower panel: the Python flame, the
-torch-ops flame or the ops table (``VIEWS``), under one header line.
+``FlameList`` is the widget: both styles share the zoom and the selection, each a frame path,
+so they survive new snapshots and a switch of style. The icicle's layout is
+``infertop.tui.icicle`` (pure) and its rows are drawn by ``widgets/icicle.py``; the list's rows,
+the breadcrumb and the detail line are ``widgets/flame_rows.py``; matching and the share of a
+search are ``infertop.tui.flame_search``. The same widget draws the torch-ops flame
+(``mode = "ops"``: ops → child ops → kernels, in µs, from the agent's profiler windows).
+``FlamePanel`` is the lower panel: the Python flame, the torch-ops flame or the ops table
+(``VIEWS``) under one header line, and under a flame the selected frame's detail line (or the
+search line).
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 from rich.segment import Segment
 from rich.style import Style
@@ -27,55 +28,39 @@ from textual.strip import Strip
 from textual.widgets import Input, Static
 
 from infertop.analysis.flame import FlameNode
-from infertop.analysis.ops import DEVICE_FILE
 from infertop.analysis.snapshot import Snapshot
 from infertop.model.events import Frame
 from infertop.tui import flame_search
 from infertop.tui.flame_search import Finisher, Search, search, search_text
-from infertop.tui.icicle import IcicleLayout, deepest_shown, fit_label
-from infertop.tui.palette import bar, stage_color
-from infertop.tui.widgets.icicle import MATCH, icicle_strip, python_label
-from infertop.tui.widgets.ops import OpsTable, no_ops_reason, short_name, visible_rows
+from infertop.tui.icicle import IcicleLayout, deepest_shown
+from infertop.tui.widgets.flame_rows import (
+    MIN_SHARE,
+    FlameRow,
+    breadcrumb,
+    flame_rows,
+    frame_detail,
+    list_strip,
+    ops_label,
+)
+from infertop.tui.widgets.icicle import icicle_strip, python_label
+from infertop.tui.widgets.ops import OpsTable, no_ops_reason, visible_rows
 
-MIN_SHARE = 0.005  # rows under 0.5 % of the zoomed root are left out
-MAX_INDENT = 24
-NUMBERS_W = 14  # " 45.2%  12.0% "
+__all__ = [  # the list's pieces are re-exported from flame_rows, where they live
+    "MIN_SHARE",
+    "STYLES",
+    "VIEWS",
+    "VIEW_TITLES",
+    "FlameList",
+    "FlamePanel",
+    "FlameRow",
+    "SearchInput",
+    "breadcrumb",
+    "flame_rows",
+]
+
 VIEWS = ("python", "ops", "table")  # what ``o`` cycles through
 VIEW_TITLES = {"python": "flame", "ops": "torch ops", "table": "ops"}
 STYLES = ("icicle", "list")  # how a flame is drawn (key t)
-
-
-@dataclass(frozen=True)
-class FlameRow:
-    node: FlameNode
-    depth: int
-
-
-def flame_rows(zoom: FlameNode, zoomed: bool, min_share: float = MIN_SHARE) -> list[FlameRow]:
-    """Depth-first rows under ``zoom`` (itself included when zoomed), biggest children first."""
-    if zoom.total <= 0:
-        return []
-    cutoff = zoom.total * min_share
-    rows: list[FlameRow] = []
-    start = [(zoom, 0)] if zoomed else [(c, 0) for c in zoom.sorted_children()]
-    stack = [item for item in reversed(start) if item[0].total >= cutoff]
-    while stack:
-        node, depth = stack.pop()
-        rows.append(FlameRow(node, depth))
-        kids = [c for c in node.sorted_children() if c.total >= cutoff]
-        stack.extend((c, depth + 1) for c in reversed(kids))
-    return rows
-
-
-def breadcrumb(path: list[Frame], width: int) -> str:
-    """``all › a › b``, dropping the outermost names (``…``) to fit ``width``."""
-    names = [f.function for f in path]
-    dropped = False
-    while True:
-        text = " › ".join(["all"] + (["…"] if dropped else []) + names)
-        if len(text) <= width or len(names) <= 1:
-            return text if len(text) <= width else text[: max(1, width - 1)] + "…"
-        names, dropped = names[1:], True
 
 
 class FlameList(ScrollView, can_focus=True, inherit_bindings=False):
@@ -499,7 +484,17 @@ class FlameList(ScrollView, can_focus=True, inherit_bindings=False):
                 found=self.found,
                 label=ops_label if self.mode == "ops" else python_label,
             )
-        return self._render_row(self.rows[index], index == self.cursor, width)
+        assert root is not None and self.zoom_node is not None
+        return list_strip(
+            self.rows[index],
+            width,
+            root=root,
+            zoom=self.zoom_node,
+            selected=index == self.cursor,
+            focused=self.has_focus,
+            found=self.found,
+            ops=self.mode == "ops",
+        )
 
     def empty_text(self) -> str:
         """The one line shown when there are no rows."""
@@ -516,54 +511,6 @@ class FlameList(ScrollView, can_focus=True, inherit_bindings=False):
             return f"no samples in stage {snap.stage_filter}"
         return "no Python stacks yet"
 
-    def _render_row(self, row: FlameRow, selected: bool, width: int) -> Strip:
-        node, root, zoom = row.node, self.root, self.zoom_node
-        assert root is not None and zoom is not None and node.frame is not None
-        color = stage_color(node.stage)
-        base = (
-            Style(bgcolor="#2a3850")
-            if selected and self.has_focus
-            else (Style(bgcolor="#303030") if selected else Style())
-        )
-        bar_w = 10 if width >= 70 else 6
-        filled, empty = bar(node.total / zoom.total if zoom.total else 0.0, bar_w)
-        total_pct = node.total / root.total * 100 if root.total else 0.0
-        self_pct = node.self_count / root.total * 100 if root.total else 0.0
-        indent = "·" * row.depth if row.depth <= MAX_INDENT else "…" + "·" * (MAX_INDENT - 1)
-        frame = node.frame
-        numbers = f"{total_pct:6.1f}%{self_pct:6.1f}%  "
-        if self.mode == "ops":  # µs: the time and the device go before the (long) name
-            device = frame.file == DEVICE_FILE
-            numbers += f"{node.total / 1000:9.2f} ms {'gpu' if device else 'cpu'}  "
-            room = width - len(filled) - len(empty) - len(numbers) - len(indent)
-            name, where = short_name(frame.function, max(8, room)), ""
-        else:
-            device, name = False, frame.function
-            where = f"  {frame.short_file}:{frame.line}"
-        name_style = base + Style(color=color, bold=not device, italic=device)
-        if self.found is not None and self.found.hit(node):
-            name_style += MATCH + Style(reverse=True)
-        segments = [
-            Segment(filled, base + Style(color=color)),
-            Segment(empty, base + Style(bgcolor="#262626" if not selected else None)),
-            Segment(numbers, base + Style(bold=selected)),
-            Segment(indent, base + Style(color="#4e4e4e")),
-            Segment(name, name_style),
-            Segment(where, base + Style(color="#8a8a8a")),
-        ]
-        return Strip(segments).crop(0, width).extend_cell_length(width, base)
-
-
-def ops_label(node: FlameNode, room: int) -> str:
-    """An op's name without ``aten::`` when it is too long (cut at the end), a kernel's as
-    the ops table shortens it (its end names it)."""
-    frame = node.frame
-    if frame is None:
-        return "all"
-    if frame.file == DEVICE_FILE or len(frame.function) <= room:
-        return short_name(frame.function, room)
-    return fit_label(frame.function.removeprefix("aten::"), room)
-
 
 class SearchInput(Input):
     """The flame's one-line search (``/``): enter keeps the highlight, esc clears it."""
@@ -575,44 +522,6 @@ class SearchInput(Input):
 
     def action_cancel(self) -> None:
         self.post_message(self.Cancelled())
-
-
-def frame_detail(flame: FlameList, width: int) -> Text:
-    """The detail line: the selected frame's full name, where it is, its total and self
-    share of every sample shown (and of the zoomed frame when zoomed), and its stage."""
-    node, root, zoom = flame.selected, flame.root, flame.zoom_node
-    if node is None or node.frame is None or root is None or not root.total:
-        return Text("")
-    frame, ops = node.frame, flame.mode == "ops"
-    shares = f"total {node.total / root.total:.1%}, self {node.self_count / root.total:.1%}"
-    in_zoom = ""
-    if flame.zoom and zoom is not None and zoom.total and zoom is not node:
-        in_zoom = f"in zoom {node.total / zoom.total:.1%}, {node.self_count / zoom.total:.1%}"
-    if ops:
-        kind = "gpu kernel" if frame.file == DEVICE_FILE else "cpu op"
-        wheres = [f"{kind}, {node.total / 1000:.2f} ms"] * 3
-    else:
-        base = frame.file.replace("\\", "/").rsplit("/", 1)[-1]
-        wheres = [f"{f}:{frame.line}" for f in (frame.file, frame.short_file, base)]
-    stage, name = node.stage, frame.function
-    tail = ""
-    for where, zoomed in (
-        *((w, in_zoom) for w in wheres),
-        (wheres[2], ""),
-        ("", ""),
-    ):
-        tail = " · ".join(p for p in (where, shares, zoomed) if p)
-        if len(name) + len(tail) + len(stage) + 5 <= width:
-            break
-    room = width - len(tail) - len(stage) - 5
-    if len(name) > room:
-        name = name[: max(1, room - 1)] + "…"
-    text = Text(name, style="bold")
-    text.append("  " + tail)
-    text.append(" · ")
-    text.append(stage, style=stage_color(stage))
-    text.truncate(width, overflow="ellipsis")
-    return text
 
 
 class FlamePanel(Vertical):
@@ -745,5 +654,8 @@ class FlamePanel(Vertical):
         width = max(20, self.content_region.width - 2)
         self.query_one("#flame-header", Static).update(Text(" " + self.header_text(width)))
         if self.view != "table":
-            self.detail.update(frame_detail(self.flame_list, width))
+            flame = self.flame_list
+            zoom = flame.zoom_node if flame.zoom else None
+            detail = frame_detail(flame.selected, flame.root, zoom, flame.mode == "ops", width)
+            self.detail.update(detail)
         self.set_class(snap is not None and snap.stage_filter is not None, "-filtered")
