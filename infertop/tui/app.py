@@ -442,8 +442,22 @@ class ReplayApp(InfertopApp):
 
     BINDINGS = [
         _b("space,p", "play", "Play", "play / pause"),
-        _b("left", "seek(-5)", "-5s", "back 5 s", key_display="←", group=SEEK),
-        _b("right", "seek(5)", "+5s", "forward 5 s", key_display="→", group=SEEK),
+        _b(
+            "comma,less_than_sign,left",
+            "seek(-5)",
+            "-5s",
+            "back 5 s (← only where the focused view does not take it: the flame does)",
+            key_display=",",
+            group=SEEK,
+        ),
+        _b(
+            "full_stop,greater_than_sign,right",
+            "seek(5)",
+            "+5s",
+            "forward 5 s (→ likewise)",
+            key_display=".",
+            group=SEEK,
+        ),
         _b("home", "seek_to(0)", "Start", "go to the start", show=False),
         _b("end", "seek_end", "End", "go to the end", show=False),
         _b("left_square_bracket", "speed(0.5)", "½×", "half speed", key_display="[", group=SPEED),
@@ -452,7 +466,15 @@ class ReplayApp(InfertopApp):
     ]
 
 
-KEY_NAMES = {"escape": "esc"}
+KEY_NAMES = {
+    "escape": "esc",
+    "comma": ",",
+    "full_stop": ".",
+    "less_than_sign": "<",
+    "greater_than_sign": ">",
+    "left": "←",
+    "right": "→",
+}
 
 
 def create_app(

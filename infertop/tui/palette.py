@@ -31,6 +31,18 @@ def stage_color(stage: str) -> str:
     return _FALLBACK[zlib.crc32(stage.encode()) % len(_FALLBACK)]
 
 
+def text_on(background: str) -> str:
+    """A text colour readable on ``background`` (``#rrggbb``): near-black on the light stage
+    colours, near-white on dark ones (WCAG relative luminance)."""
+
+    def channel(hex2: str) -> float:
+        c = int(hex2, 16) / 255
+        return c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
+
+    r, g, b = (channel(background[i : i + 2]) for i in (1, 3, 5))
+    return "#121212" if 0.2126 * r + 0.7152 * g + 0.0722 * b > 0.18 else "#f0f0f0"
+
+
 def bar(fraction: float, width: int) -> tuple[str, str]:
     """A horizontal bar ``width`` cells wide as (filled part, empty part), in eighths of a cell."""
     fraction = min(max(fraction, 0.0), 1.0)

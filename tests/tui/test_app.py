@@ -131,7 +131,8 @@ async def test_enter_zooms_and_escape_zooms_out(replay_source: ReplaySource) -> 
         assert flame_header(app).endswith("(46.2%)")
         assert "Server.log_metrics" not in screen_text(app)
         # the zoom is a frame path: it survives new snapshots
-        await pilot.press("left", "space")
+        assert flame.graph.rows[0][0].node.frame.function == "Model.forward"  # the new root
+        await pilot.press("comma", "space")  # the flame has ← and →: seek with , and .
         await wait_for(pilot, lambda: 55.5 < app.displayed.replay.position < 60)
         assert flame.zoom[-1].function == "Model.forward"
         assert flame.rows[0].node.frame.function == "Model.forward"
@@ -166,12 +167,14 @@ async def test_pagedown_and_pageup_move_the_cursor(replay_source: ReplaySource) 
     async with app.run_test(size=(80, 24)) as pilot:
         await started(pilot, app)
         flame = app.query_one(FlameList)
+        await pilot.press("t")  # the indented list
+        assert flame.style == "list" and "Python list" in flame_header(app)
         await pilot.press("pagedown")
         assert flame.cursor > 3
-        await pilot.press("pagedown", "pagedown", "pagedown")
+        await pilot.press(*["pagedown"] * 5)
         assert flame.cursor == len(flame.rows) - 1
         assert flame.scroll_offset.y > 0  # the cursor stays in view
-        await pilot.press("pageup", "pageup", "pageup", "pageup", "up")
+        await pilot.press(*["pageup"] * 5, "up")
         assert flame.cursor == 0 and flame.scroll_offset.y == 0
 
 
@@ -198,11 +201,15 @@ async def test_replay_keys_move_the_timeline(replay_source: ReplaySource) -> Non
     async with app.run_test(size=(80, 24)) as pilot:
         await started(pilot, app)
         assert position(app) == "1:00.0 / 1:00.0"
-        await pilot.press("left")
+        await pilot.press("comma")
         await wait_for(pilot, lambda: position(app) == "0:55.0 / 1:00.0")
         await pilot.press("home")
         await wait_for(pilot, lambda: position(app) == "0:00.0 / 1:00.0")
-        await pilot.press("right", "right")
+        await pilot.press("full_stop", "greater_than_sign")
+        await wait_for(pilot, lambda: position(app) == "0:10.0 / 1:00.0")
+        await pilot.press("less_than_sign")
+        await wait_for(pilot, lambda: position(app) == "0:05.0 / 1:00.0")
+        await pilot.press("full_stop")
         await wait_for(pilot, lambda: position(app) == "0:10.0 / 1:00.0")
         await shows(pilot, app, "0:10.0 / 1:00.0")
         await pilot.press("end")
@@ -224,6 +231,11 @@ async def test_replay_keys_move_the_timeline(replay_source: ReplaySource) -> Non
         await pilot.press(*["left_square_bracket"] * 4)
         await wait_for(pilot, lambda: app.displayed.replay.speed == 0.25)
         await shows(pilot, app, "1/4×")
+        # ← and → are the flame's while it has the focus; elsewhere (the ops table) they seek
+        await pilot.press("o", "o", "end", "left")
+        await wait_for(pilot, lambda: position(app) == "0:55.0 / 1:00.0")
+        await pilot.press("right")
+        await wait_for(pilot, lambda: position(app) == "1:00.0 / 1:00.0")
 
 
 async def test_f_gives_the_flame_view_the_whole_screen(replay_source: ReplaySource) -> None:

@@ -140,7 +140,7 @@ async def test_an_imported_trace_replays_with_its_ops_and_findings(tmp_path: Pat
     async with app.run_test(size=(120, 40)) as pilot:
         # no Python samples in a trace: the panel opens on the torch ops instead
         await wait_for(pilot, lambda: app.displayed is not None and app.view == "ops")
-        await shows(pilot, app, "aten::linear")
+        await shows(pilot, app, "aten::_foreach_mul_")  # the widest op: a bar of the icicle
         assert "i: 3 findings" in app.query_one(FlamePanel).border_subtitle
         screen = await _open(pilot, app)
         assert [f.rule for f in screen.findings][0] == "python-overhead"

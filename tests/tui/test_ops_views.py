@@ -43,8 +43,12 @@ async def test_o_cycles_python_flame_torch_ops_flame_and_ops_table(ops_source) -
         gemm = rows[("aten::linear", "aten::addmm", "ampere_sgemm_128x64_tn")]
         assert gemm.frame.file == DEVICE_FILE and not gemm.children  # a kernel: a leaf
         text = screen_text(app)
-        assert "aten::linear" in text and "ms gpu" in text and "ms cpu" in text
-        assert "Model.forward" not in text  # the Python flame is gone from the panel
+        assert "aten::linear" in text and "Model.forward" not in text  # the Python flame is gone
+        assert "aten::linear  cpu op" in text  # the detail line: the selected op
+        await pilot.press("t")  # the list, with times and devices
+        await shows(pilot, app, "ms gpu")
+        assert "ms cpu" in screen_text(app) and flame_header(app).startswith("torch ops list")
+        await pilot.press("t")
         await pilot.press("o")
         await shows(pilot, app, "calls")
         assert table.display and not flame.display and table.has_focus

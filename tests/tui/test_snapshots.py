@@ -39,7 +39,11 @@ VIEWS = {
     "cpu-view": (("c",), "cpu · last 5 s"),
     "torch-ops-flame": (("o",), "torch ops"),
     "ops-table": (("o", "o"), "ops table by self time"),
-    "flame-only": (("f",), "Batcher.run"),
+    "flame-only": (("f",), "Batcher.run"),  # the icicle graph, the default style, folded
+    "flame-unfolded": (("f", "z"), "Thread._bootstrap"),  # every frame, plumbing too
+    "flame-list": (("f", "t"), "Python list"),
+    "flame-zoom": (("f", "down", "down", "down", "enter"), "(33.0%)"),
+    "flame-search": (("f", "slash", *"tokeniz*", "enter"), "tokeniz*: "),
     "findings": (("i",), "findings · 1"),
     "help": (("question_mark",), "infertop help (replay)"),
 }

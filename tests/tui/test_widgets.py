@@ -127,3 +127,20 @@ def test_ingest_worker_coalesces_and_applies_commands(replay_source: ReplaySourc
     finally:
         worker.stop()
     assert not worker.alive and worker.final is not None
+
+
+def test_the_detail_line_says_where_and_how_much_and_fits_its_width() -> None:
+    from flame_trees import loop_tree, node
+
+    from infertop.tui.widgets.flame_rows import frame_detail
+
+    root = loop_tree()
+    enc = node(root, "main;loop;tokenize;Tokenizer.encode")
+    assert frame_detail(enc, root, None, False, 120).plain == (
+        "Tokenizer.encode  /srv/app/tokenizer.py:10 · total 26.0%, self 26.0% · preprocess"
+    )
+    zoom = node(root, "main;loop;tokenize")
+    assert "· in zoom 100.0%, 100.0% ·" in frame_detail(enc, root, zoom, False, 120).plain
+    narrow = frame_detail(enc, root, zoom, False, 50).plain
+    assert narrow == "Tokenizer.e…  total 26.0%, self 26.0% · preprocess"
+    assert frame_detail(None, root, None, False, 50).plain == ""

@@ -204,6 +204,60 @@ def write_recording(
     return path
 
 
+#: a serving loop that tokenizes (26 %), runs the model (47 %) and serialises (24 %): the
+#: icicle's three siblings under ``Server.loop`` (stack, samples per window)
+LOOP = [
+    _f("<module>", f"{APP}/serve.py", 142),
+    _f("main", f"{APP}/serve.py", 131),
+    _f("Server.loop", f"{APP}/serve.py", 88),
+]
+LOOP_STACKS: list[tuple[tuple[Frame, ...], int]] = [
+    (
+        (
+            *LOOP,
+            _f("Tokenizer.encode_batch", f"{APP}/tokenizer.py", 88),
+            _f("Tokenizer.encode", f"{APP}/tokenizer.py", 61),
+        ),
+        26,
+    ),
+    (
+        (
+            *LOOP,
+            _f("Model.forward", f"{APP}/model.py", 74),
+            _f("Linear.forward", f"{SITE}/torch/nn/modules/linear.py", 116),
+        ),
+        47,
+    ),
+    (
+        (
+            *LOOP,
+            _f("Server.write_response", f"{APP}/serve.py", 84),
+            _f("dumps", f"{LIB}/json/__init__.py", 231),
+            _f("JSONEncoder.encode", f"{LIB}/json/encoder.py", 200),
+        ),
+        24,
+    ),
+    ((*LOOP, _f("Server.log_metrics", f"{APP}/serve.py", 95)), 3),
+]
+
+
+def write_stacks_recording(
+    path: Path, stacks: list[tuple[tuple[Frame, ...], int]] = LOOP_STACKS, windows: int = 10
+) -> Path:
+    """A recording of one thread whose every 1 s window holds exactly ``stacks``."""
+    session = Session()
+    writer = RecordingWriter(str(path))
+    t0 = TARGET.started
+    session.apply(TARGET)
+    writer.write([TARGET, CollectorStatus(t0, "py-spy", "running", "100 Hz, all threads")])
+    rows = tuple((MAIN_TID, "MainThread", stack, n) for stack, n in stacks)
+    for i in range(windows):
+        raw = RawSampleWindow(t0 + i, t0 + i + 1, 100.0, 100, rows, 0, 0.0)
+        writer.write(list(session.intern(raw)))
+    writer.close()
+    return path
+
+
 class ScriptedCollector:
     """A collector that produces realistic windows in real time (instead of running py-spy)."""
 

@@ -1,17 +1,18 @@
-"""The flame view: the session's call tree as an indented icicle list with zoom.
+"""The flame panel: the session's call tree as an icicle graph (the default) or as an
+indented list (key ``t``), with zoom, a selected frame and search.
 
-Each row is a frame: a bar (its share of the zoomed root), total %, self % (of every sample
-shown, under the stage filter), then the function indented by depth, and file:line. The zoom
-is a frame path, so it survives new snapshots; if the path disappears the view goes to the root.
-
-The same list draws the torch-ops flame (``mode = "ops"``: ops → child ops → kernels, in µs,
-from the agent's profiler windows). ``FlamePanel`` is the lower panel: the Python flame, the
-torch-ops flame or the ops table (``VIEWS``), under one header line.
+``FlameList`` is the widget: both styles share the zoom and the selection, each a frame path,
+so they survive new snapshots and a switch of style. The icicle's layout is
+``infertop.tui.icicle`` (pure) and its rows are drawn by ``widgets/icicle.py``; the list's rows,
+the breadcrumb and the detail line are ``widgets/flame_rows.py``; matching and the share of a
+search are ``infertop.tui.flame_search``. The same widget draws the torch-ops flame
+(``mode = "ops"``: ops → child ops → kernels, in µs, from the agent's profiler windows).
+``FlamePanel`` is the lower panel: the Python flame, the torch-ops flame or the ops table
+(``VIEWS``) under one header line, and under a flame the selected frame's detail line (or the
+search line).
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 from rich.segment import Segment
 from rich.style import Style
@@ -24,99 +25,169 @@ from textual.geometry import Size
 from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
-from textual.widgets import Static
+from textual.widgets import Input, Static
 
 from infertop.analysis.flame import FlameNode
-from infertop.analysis.ops import DEVICE_FILE
 from infertop.analysis.snapshot import Snapshot
 from infertop.model.events import Frame
-from infertop.tui.palette import bar, stage_color
-from infertop.tui.widgets.ops import OpsTable, no_ops_reason, short_name, visible_rows
+from infertop.tui import flame_search
+from infertop.tui.flame_search import Finisher, Search, search, search_text
+from infertop.tui.icicle import IcicleLayout, deepest_shown
+from infertop.tui.widgets.flame_rows import (
+    MIN_SHARE,
+    FlameRow,
+    breadcrumb,
+    flame_rows,
+    frame_detail,
+    list_strip,
+    ops_label,
+)
+from infertop.tui.widgets.icicle import icicle_strip, python_label
+from infertop.tui.widgets.ops import OpsTable, no_ops_reason, visible_rows
 
-MIN_SHARE = 0.005  # rows under 0.5 % of the zoomed root are left out
-MAX_INDENT = 24
-NUMBERS_W = 14  # " 45.2%  12.0% "
+__all__ = [  # the list's pieces are re-exported from flame_rows, where they live
+    "MIN_SHARE",
+    "STYLES",
+    "VIEWS",
+    "VIEW_TITLES",
+    "FlameList",
+    "FlamePanel",
+    "FlameRow",
+    "SearchInput",
+    "breadcrumb",
+    "flame_rows",
+]
+
 VIEWS = ("python", "ops", "table")  # what ``o`` cycles through
 VIEW_TITLES = {"python": "flame", "ops": "torch ops", "table": "ops"}
-
-
-@dataclass(frozen=True)
-class FlameRow:
-    node: FlameNode
-    depth: int
-
-
-def flame_rows(zoom: FlameNode, zoomed: bool, min_share: float = MIN_SHARE) -> list[FlameRow]:
-    """Depth-first rows under ``zoom`` (itself included when zoomed), biggest children first."""
-    if zoom.total <= 0:
-        return []
-    cutoff = zoom.total * min_share
-    rows: list[FlameRow] = []
-    start = [(zoom, 0)] if zoomed else [(c, 0) for c in zoom.sorted_children()]
-    stack = [item for item in reversed(start) if item[0].total >= cutoff]
-    while stack:
-        node, depth = stack.pop()
-        rows.append(FlameRow(node, depth))
-        kids = [c for c in node.sorted_children() if c.total >= cutoff]
-        stack.extend((c, depth + 1) for c in reversed(kids))
-    return rows
-
-
-def breadcrumb(path: list[Frame], width: int) -> str:
-    """``all › a › b``, dropping the outermost names (``…``) to fit ``width``."""
-    names = [f.function for f in path]
-    dropped = False
-    while True:
-        text = " › ".join(["all"] + (["…"] if dropped else []) + names)
-        if len(text) <= width or len(names) <= 1:
-            return text if len(text) <= width else text[: max(1, width - 1)] + "…"
-        names, dropped = names[1:], True
+STYLES = ("icicle", "list")  # how a flame is drawn (key t)
 
 
 class FlameList(ScrollView, can_focus=True, inherit_bindings=False):
-    """The scrolling list of frames with a cursor; enter zooms in, escape zooms out."""
+    """The flame, drawn as an icicle graph (``style = "icicle"``) or an indented list
+    (``"list"``, key ``t``); both share the zoom and the selection, each a frame path, so a
+    new snapshot or a switch of style keeps the place. A selected frame that is gone (or too
+    narrow to draw) falls back to its nearest ancestor on screen; a zoom that is gone, to the
+    root."""
 
     BINDINGS = [
         Binding(
-            "up", "cursor(-1)", "Up", show=False, tooltip="flame: previous frame", key_display="↑"
+            "up",
+            "up",
+            "Up",
+            show=False,
+            tooltip="flame: the caller (icicle) · the row above (list)",
+            key_display="↑",
         ),
         Binding(
-            "down", "cursor(1)", "Down", show=False, tooltip="flame: next frame", key_display="↓"
+            "down",
+            "down",
+            "Down",
+            show=False,
+            tooltip="flame: a callee — the one you came up from, else the widest (icicle) · "
+            "the row below (list)",
+            key_display="↓",
         ),
         Binding(
-            "pageup", "page(-1)", "PgUp", show=False, tooltip="flame: page up", key_display="pgup"
+            "left",
+            "side(-1)",
+            "Left",
+            show=False,
+            tooltip="flame: the frame to the left on the same row (icicle) · the caller (list)",
+            key_display="←",
+        ),
+        Binding(
+            "right",
+            "side(1)",
+            "Right",
+            show=False,
+            tooltip="flame: the frame to the right on the same row (icicle) · the widest "
+            "callee (list)",
+            key_display="→",
+        ),
+        Binding(
+            "pageup",
+            "page(-1)",
+            "PgUp",
+            show=False,
+            tooltip="flame: a page up (list) · as many callers up (icicle)",
+            key_display="pgup",
         ),
         Binding(
             "pagedown",
             "page(1)",
             "PgDn",
             show=False,
-            tooltip="flame: page down",
+            tooltip="flame: a page down (list) · as many callees down (icicle)",
             key_display="pgdn",
         ),
-        Binding("enter", "zoom_in", "Zoom", tooltip="flame: zoom into the selected frame"),
         Binding(
-            "escape,backspace",
-            "zoom_out",
+            "enter",
+            "zoom_in",
+            "Zoom",
+            tooltip="flame: zoom into the selected frame (it becomes the root); a click "
+            "selects a frame, a second click zooms",
+        ),
+        Binding(
+            "escape",
+            "escape",
             "Out",
             key_display="esc",
-            tooltip="flame: zoom out one level",
+            tooltip="flame: clear the search highlight, else zoom out one level",
+        ),
+        Binding("backspace", "zoom_out", "Out", show=False, tooltip="flame: zoom out one level"),
+        Binding(
+            "t",
+            "toggle_style",
+            "Tree",
+            show=False,
+            tooltip="flame: icicle graph ↔ indented list (the zoom and the selection stay)",
+        ),
+        Binding(
+            "slash",
+            "search",
+            "Find",
+            show=False,
+            key_display="/",
+            tooltip="flame: search frames by function or file, a substring or a glob "
+            "(tokeniz*): matches are highlighted and the header gives their share; enter "
+            "keeps the highlight, esc clears it",
         ),
     ]
 
-    class ZoomChanged(Message):
-        """The zoom path or the data changed: the panel redraws its header."""
+    class Changed(Message):
+        """The zoom, the selection, the search or the data changed: the panel redraws its
+        header and detail line."""
+
+    class Counted(Message, bubble=False):
+        """A search too big to count at once has been counted (on a thread)."""
+
+        def __init__(self, found: Search) -> None:
+            super().__init__()
+            self.found = found
+
+    class SearchRequested(Message):
+        """``/``: the panel opens its search line."""
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.snapshot: Snapshot | None = None
         self.mode = "python"  # or "ops": the torch-ops flame
+        self.style = STYLES[0]  # "icicle" or "list"
         self.zoom: list[Frame] = []
-        self.rows: list[FlameRow] = []
-        self.cursor = 0
-        self._cursor_path: list[Frame] | None = None
+        self.selected_path: list[Frame] | None = None  # what was picked (maybe not on screen)
+        self._trail: list[Frame] = []  # the deepest path visited: where down goes back to
+        self._saved: dict[str, tuple[list[Frame], list[Frame] | None, list[Frame]]] = {}
         self.zoom_node: FlameNode | None = None
-        self._saved: dict[str, tuple[list[Frame], list[Frame] | None]] = {}
+        self.rows: list[FlameRow] = []  # the list style's rows
+        self._row_index: dict[int, int] = {}  # id(node) -> its row
+        self.graph: IcicleLayout | None = None  # the icicle style's spans
+        self.cursor = 0  # the selected row of the list
+        self._selected: FlameNode | None = None
+        self.pattern = ""
+        self.found: Search | None = None
+        self._finisher = Finisher(self._counted_elsewhere)
+        self._strips: dict[int, Strip] = {}
 
     # -- data -------------------------------------------------------------------------------
     def show(self, snapshot: Snapshot) -> None:
@@ -127,12 +198,40 @@ class FlameList(ScrollView, can_focus=True, inherit_bindings=False):
         """Switch between the Python and the torch-ops flame; each keeps its own zoom."""
         if mode == self.mode:
             return
-        self._saved[self.mode] = (self.zoom, self._cursor_path)
+        self._saved[self.mode] = (self.zoom, self.selected_path, self._trail)
         self.mode = mode
-        self.zoom, self._cursor_path = self._saved.get(mode, ([], None))
-        self.cursor = 0
+        self.zoom, self.selected_path, self._trail = self._saved.get(mode, ([], None, []))
         self.scroll_to(y=0, animate=False, immediate=True)
         self._rebuild()
+
+    def set_style(self, style: str) -> None:
+        if style != self.style:
+            self.style = style
+            self._rebuild()
+
+    def set_search(self, pattern: str) -> None:
+        """Highlight the frames matching ``pattern`` ("" clears)."""
+        self.pattern = pattern.strip()
+        self._search()
+        self._changed()
+
+    def _search(self) -> None:
+        """The search over the current tree; one too big to count at once is finished on a
+        thread, and the header follows when it is done."""
+        root = self.root
+        if root is None or not self.pattern:
+            self.found = None
+        else:
+            self.found = search(root, self.pattern, budget=flame_search.SYNC_NODES)
+        if self.found is not None and not self.found.done:
+            self._finisher.submit(self.found)
+
+    def _counted_elsewhere(self, found: Search) -> None:  # on the finisher's thread
+        self.post_message(self.Counted(found))  # thread-safe, and it does not wait
+
+    def on_flame_list_counted(self, event: Counted) -> None:
+        if event.found is self.found:
+            self.post_message(self.Changed())
 
     @property
     def root(self) -> FlameNode | None:
@@ -142,7 +241,14 @@ class FlameList(ScrollView, can_focus=True, inherit_bindings=False):
 
     @property
     def selected(self) -> FlameNode | None:
-        return self.rows[self.cursor].node if 0 <= self.cursor < len(self.rows) else None
+        return self._selected
+
+    @property
+    def icicle(self) -> bool:
+        return self.style == "icicle"
+
+    def _content_width(self) -> int:
+        return self.scrollable_content_region.width
 
     def _rebuild(self) -> None:
         root = self.root
@@ -154,55 +260,149 @@ class FlameList(ScrollView, can_focus=True, inherit_bindings=False):
                 self.zoom, node = [], root
             self.zoom_node = node
             self.rows = flame_rows(node, zoomed=bool(self.zoom))
-        self.cursor = self._index_of(self._cursor_path)
-        self.virtual_size = Size(self.size.width, max(1, len(self.rows)))
-        self._keep_cursor_visible()
-        self.refresh()
-        self.post_message(self.ZoomChanged())
+        self._row_index = {id(r.node): i for i, r in enumerate(self.rows)}
+        self._search()
+        self._lay_out()
+        self._changed()
 
-    def _index_of(self, path: list[Frame] | None) -> int:
-        if path is not None:
-            for i, row in enumerate(self.rows):
-                if row.node.path() == path:
-                    return i
-        return min(self.cursor, max(0, len(self.rows) - 1))
+    def _lay_out(self) -> None:
+        """The icicle's spans for the current width, then the selection placed on them."""
+        node = self.zoom_node
+        if node is None:
+            self.graph = None
+        else:
+            self.graph = IcicleLayout(node, bool(self.zoom), self._content_width())
+        lines = self.graph.depth if self.icicle and self.graph else len(self.rows)
+        self.virtual_size = Size(self.size.width, max(1, lines))
+        self._resolve()
+
+    def _shown(self, node: FlameNode) -> bool:
+        if self.icicle:
+            return self.graph is not None and self.graph.drawn(node)
+        return id(node) in self._row_index
+
+    def _resolve(self) -> None:
+        """Put the selection on the picked path, or its nearest ancestor on screen, or else
+        the first frame."""
+        root, node = self.root, None
+        if root is not None and self.selected_path:
+            node = deepest_shown(root, self.selected_path, self._shown)
+        if node is None:
+            if self.icicle:
+                node = self.graph.first() if self.graph is not None else None
+            else:
+                node = self.rows[0].node if self.rows else None
+        self._selected = node
+        self.cursor = self._row_index.get(id(node), 0) if node is not None else 0
+        self._keep_selection_visible()
+
+    def _changed(self) -> None:
+        self._strips.clear()
+        self.refresh()
+        self.post_message(self.Changed())
+
+    def _select(self, node: FlameNode | None) -> None:
+        if node is None or node is self._selected:
+            return
+        path = node.path()
+        if self._trail[: len(path)] != path:
+            self._trail = path
+        self.selected_path = path
+        self._selected = node
+        self.cursor = self._row_index.get(id(node), self.cursor)
+        self._keep_selection_visible()
+        self._changed()
 
     # -- actions ------------------------------------------------------------------------------
-    def _move_to(self, index: int) -> None:
-        if not self.rows:
-            return
-        self.cursor = min(max(0, index), len(self.rows) - 1)
-        self._cursor_path = self.rows[self.cursor].node.path()
-        self._keep_cursor_visible()
-        self.refresh()
+    def action_up(self) -> None:
+        node = self._selected
+        if self.icicle:
+            if node is not None and self.graph is not None:
+                self._select(self.graph.parent(node))
+        elif self.rows:
+            self._select(self.rows[max(0, self.cursor - 1)].node)
 
-    def action_cursor(self, step: int) -> None:
-        self._move_to(self.cursor + step)
+    def action_down(self) -> None:
+        node = self._selected
+        if self.icicle:
+            if node is not None and self.graph is not None:
+                path = node.path()
+                deeper = len(self._trail) > len(path) and self._trail[: len(path)] == path
+                prefer = self._trail[len(path)] if deeper else None
+                self._select(self.graph.child(node, prefer))
+        elif self.rows:
+            self._select(self.rows[min(len(self.rows) - 1, self.cursor + 1)].node)
+
+    def action_side(self, step: int) -> None:
+        node = self._selected
+        if node is None:
+            return
+        if self.icicle:
+            if self.graph is not None:
+                self._select(self.graph.neighbour(node, step))
+        elif step < 0:
+            if node.parent is not None and id(node.parent) in self._row_index:
+                self._select(node.parent)
+        else:
+            below = self.cursor + 1
+            if below < len(self.rows) and self.rows[below].node.parent is node:
+                self._select(self.rows[below].node)
 
     def action_page(self, direction: int) -> None:
-        self._move_to(self.cursor + direction * max(1, self.scrollable_content_region.height - 1))
+        page = max(1, self.scrollable_content_region.height - 1)
+        if self.icicle:
+            for _ in range(page):
+                before = self._selected
+                self.action_down() if direction > 0 else self.action_up()
+                if self._selected is before:
+                    break
+        elif self.rows:
+            index = min(max(0, self.cursor + direction * page), len(self.rows) - 1)
+            self._select(self.rows[index].node)
 
     def action_zoom_in(self) -> None:
-        node = self.selected
-        if node is None or node.frame is None:
+        node = self._selected
+        if node is None or node.frame is None or node is self.zoom_node:
             return
         self.zoom = node.path()
-        self._cursor_path = self.zoom
+        self.selected_path = self.zoom
         self._rebuild()
 
     def action_zoom_out(self) -> None:
         if not self.zoom:
             return
-        self._cursor_path = self.zoom
+        self.selected_path = self.zoom
         self.zoom = self.zoom[:-1]
         self._rebuild()
 
+    def action_escape(self) -> None:
+        if self.pattern:
+            self.set_search("")
+        else:
+            self.action_zoom_out()
+
+    def action_toggle_style(self) -> None:
+        self.set_style("list" if self.icicle else "icicle")
+
+    def action_search(self) -> None:
+        self.post_message(self.SearchRequested())
+
     def on_click(self, event: events.Click) -> None:
-        self._move_to(int(self.scroll_offset.y) + event.y)
+        y = int(self.scroll_offset.y) + event.y
+        if self.icicle:
+            node = self.graph.at(y, event.x) if self.graph is not None else None
+        else:
+            node = self.rows[y].node if 0 <= y < len(self.rows) else None
+        if node is None:
+            return
+        if node is self._selected:
+            self.action_zoom_in()  # a second click on a frame zooms into it
+        else:
+            self._select(node)
 
     def reveal(self, frame: Frame) -> bool:
-        """Put the cursor on ``frame`` where it weighs most (zooming to its caller if it is
-        too small to list at the top); False when the view does not hold it."""
+        """Select ``frame`` where it weighs most (zooming to its caller if it is too small
+        to show at the top); False when the view does not hold it."""
         root = self.root
         best: FlameNode | None = None
         stack = [root] if root is not None else []
@@ -214,38 +414,87 @@ class FlameList(ScrollView, can_focus=True, inherit_bindings=False):
         if best is None:
             return False
         path = best.path()
-        self.zoom, self._cursor_path = [], path
+        self.zoom, self.selected_path, self._trail = [], path, path
         self._rebuild()
         if self.selected is not best:
             self.zoom = path[:-1]
             self._rebuild()
         return True
 
-    def _keep_cursor_visible(self) -> None:
+    def _keep_selection_visible(self) -> None:
         height = self.scrollable_content_region.height
-        if height <= 0:
+        node = self._selected
+        if height <= 0 or node is None:
+            return
+        if self.icicle:
+            line = self.graph.row_of(node) if self.graph is not None else None
+        else:
+            line = self.cursor
+        if line is None:
             return
         top = int(self.scroll_offset.y)
-        if self.cursor < top:
-            self.scroll_to(y=self.cursor, animate=False, immediate=True)
-        elif self.cursor >= top + height:
-            self.scroll_to(y=self.cursor - height + 1, animate=False, immediate=True)
+        if line < top:
+            self.scroll_to(y=line, animate=False, immediate=True)
+        elif line >= top + height:
+            self.scroll_to(y=line - height + 1, animate=False, immediate=True)
 
     # -- drawing ------------------------------------------------------------------------------
     def on_resize(self) -> None:
-        self.virtual_size = Size(self.size.width, max(1, len(self.rows)))
+        self._lay_out()
+        self._changed()
+
+    def on_focus(self) -> None:
+        self._strips.clear()
+        self.refresh()
+
+    def on_blur(self) -> None:
+        self._strips.clear()
+        self.refresh()
 
     def render_line(self, y: int) -> Strip:
-        width = self.scrollable_content_region.width
+        width = self._content_width()
+        if self.graph is not None and self.graph.width != width:
+            self._lay_out()  # a scrollbar came or went: lay out again for the new width
+            self._strips.clear()
+            self.post_message(self.Changed())
         index = int(self.scroll_offset.y) + y
-        if not self.rows:
+        lines = self.graph.depth if self.icicle and self.graph is not None else len(self.rows)
+        if not lines:
             if y != 0:
                 return Strip.blank(width)
             text = self.empty_text()
             return Strip([Segment(text, Style(dim=True, italic=True))]).adjust_cell_length(width)
-        if index >= len(self.rows):
+        if index >= lines:
             return Strip.blank(width)
-        return self._render_row(self.rows[index], index == self.cursor, width)
+        strip = self._strips.get(index)
+        if strip is None:
+            strip = self._strips[index] = self._render_index(index, width)
+        return strip
+
+    def _render_index(self, index: int, width: int) -> Strip:
+        root = self.root
+        if self.icicle:
+            assert self.graph is not None and root is not None
+            return icicle_strip(
+                self.graph.rows[index],
+                width,
+                total=root.total,
+                selected=self._selected,
+                focused=self.has_focus,
+                found=self.found,
+                label=ops_label if self.mode == "ops" else python_label,
+            )
+        assert root is not None and self.zoom_node is not None
+        return list_strip(
+            self.rows[index],
+            width,
+            root=root,
+            zoom=self.zoom_node,
+            selected=index == self.cursor,
+            focused=self.has_focus,
+            found=self.found,
+            ops=self.mode == "ops",
+        )
 
     def empty_text(self) -> str:
         """The one line shown when there are no rows."""
@@ -262,44 +511,24 @@ class FlameList(ScrollView, can_focus=True, inherit_bindings=False):
             return f"no samples in stage {snap.stage_filter}"
         return "no Python stacks yet"
 
-    def _render_row(self, row: FlameRow, selected: bool, width: int) -> Strip:
-        node, root, zoom = row.node, self.root, self.zoom_node
-        assert root is not None and zoom is not None and node.frame is not None
-        color = stage_color(node.stage)
-        base = (
-            Style(bgcolor="#2a3850")
-            if selected and self.has_focus
-            else (Style(bgcolor="#303030") if selected else Style())
-        )
-        bar_w = 10 if width >= 70 else 6
-        filled, empty = bar(node.total / zoom.total if zoom.total else 0.0, bar_w)
-        total_pct = node.total / root.total * 100 if root.total else 0.0
-        self_pct = node.self_count / root.total * 100 if root.total else 0.0
-        indent = "·" * row.depth if row.depth <= MAX_INDENT else "…" + "·" * (MAX_INDENT - 1)
-        frame = node.frame
-        numbers = f"{total_pct:6.1f}%{self_pct:6.1f}%  "
-        if self.mode == "ops":  # µs: the time and the device go before the (long) name
-            device = frame.file == DEVICE_FILE
-            numbers += f"{node.total / 1000:9.2f} ms {'gpu' if device else 'cpu'}  "
-            room = width - len(filled) - len(empty) - len(numbers) - len(indent)
-            name, where = short_name(frame.function, max(8, room)), ""
-        else:
-            device, name = False, frame.function
-            where = f"  {frame.short_file}:{frame.line}" if frame.line else f"  {frame.short_file}"
-        segments = [
-            Segment(filled, base + Style(color=color)),
-            Segment(empty, base + Style(bgcolor="#262626" if not selected else None)),
-            Segment(numbers, base + Style(bold=selected)),
-            Segment(indent, base + Style(color="#4e4e4e")),
-            Segment(name, base + Style(color=color, bold=not device, italic=device)),
-            Segment(where, base + Style(color="#8a8a8a")),
-        ]
-        return Strip(segments).crop(0, width).extend_cell_length(width, base)
+
+class SearchInput(Input):
+    """The flame's one-line search (``/``): enter keeps the highlight, esc clears it."""
+
+    BINDINGS = [Binding("escape", "cancel", "Clear", show=False)]
+
+    class Cancelled(Message):
+        """Esc: the search is cleared."""
+
+    def action_cancel(self) -> None:
+        self.post_message(self.Cancelled())
 
 
 class FlamePanel(Vertical):
     """The lower panel under a header bar: the Python flame, the torch-ops flame or the ops
-    table (``view``), with the stage filter and, for the flames, the zoom breadcrumb."""
+    table (``view``), with the stage filter and, for the flames, the style, the zoom
+    breadcrumb and a search's share; under a flame, the selected frame's detail line (or the
+    search line while a search is typed)."""
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
@@ -309,9 +538,17 @@ class FlamePanel(Vertical):
         yield Static(id="flame-header")
         yield FlameList(id="flame-list")
         yield OpsTable(id="ops-table")
+        yield Static(id="flame-detail")
+        yield SearchInput(
+            placeholder="search: function or file, substring or glob (tokeniz*) · "
+            "enter keeps · esc clears",
+            id="flame-search",
+            compact=True,
+        )
 
     def on_mount(self) -> None:
         self.ops_table.display = False
+        self.search_input.display = False
         self._update_header()
 
     @property
@@ -321,6 +558,14 @@ class FlamePanel(Vertical):
     @property
     def ops_table(self) -> OpsTable:
         return self.query_one(OpsTable)
+
+    @property
+    def search_input(self) -> SearchInput:
+        return self.query_one(SearchInput)
+
+    @property
+    def detail(self) -> Static:
+        return self.query_one("#flame-detail", Static)
 
     def show(self, snapshot: Snapshot) -> None:
         self.flame_list.show(snapshot)
@@ -333,12 +578,43 @@ class FlamePanel(Vertical):
         table = view == "table"
         self.flame_list.display = not table
         self.ops_table.display = table
+        self.detail.display = not table
+        self.search_input.display = False
         if not table:
             self.flame_list.set_mode(view)
         (self.ops_table if table else self.flame_list).focus()
         self._update_header()
 
-    def on_flame_list_zoom_changed(self, event: FlameList.ZoomChanged) -> None:
+    # -- search ------------------------------------------------------------------------------
+    def on_flame_list_search_requested(self, event: FlameList.SearchRequested) -> None:
+        event.stop()
+        box = self.search_input
+        box.value = self.flame_list.pattern
+        self.detail.display = False
+        box.display = True
+        box.focus()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        event.stop()
+        if self.search_input.display:
+            self.flame_list.set_search(event.value)
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self._close_search(event.value)
+
+    def on_search_input_cancelled(self, event: SearchInput.Cancelled) -> None:
+        event.stop()
+        self._close_search("")
+
+    def _close_search(self, pattern: str) -> None:
+        self.flame_list.set_search(pattern)
+        self.search_input.display = False
+        self.detail.display = self.view != "table"
+        self.flame_list.focus()
+
+    # -- header and detail -------------------------------------------------------------------
+    def on_flame_list_changed(self, event: FlameList.Changed) -> None:
         event.stop()
         self._update_header()
 
@@ -346,8 +622,9 @@ class FlamePanel(Vertical):
         self._update_header()
 
     def header_text(self, width: int) -> str:
-        """``Python  ·  stage: all  ·  path: all › main › forward (12.3%)``, fitted to
-        ``width``; the first words say which view this is."""
+        """``Python icicle  ·  stage: all  ·  path: all › main › forward (12.3%)``, then a
+        search's share (``  ·  /tokeniz*: 26.1 %``), fitted to ``width``; the first words
+        say which view this is, and how it is drawn."""
         flame = self.flame_list
         snap = flame.snapshot
         stage = f"stage: {snap.stage_filter if snap and snap.stage_filter else 'all'}"
@@ -358,20 +635,27 @@ class FlamePanel(Vertical):
             text = "  ·  ".join(parts)
             return text if len(text) <= width else text[: max(1, width - 1)] + "…"
         if self.view == "ops":
-            head = "torch ops, µs (op CPU + kernel GPU)  ·  "
-            head = head if len(head) + 40 <= width else "torch ops µs  ·  "
+            head = f"torch ops {flame.style}, µs (op CPU + kernel GPU)  ·  "
+            head = head if len(head) + 40 <= width else f"torch ops {flame.style} µs  ·  "
         else:
-            head = "Python  ·  "
+            head = f"Python {flame.style}  ·  "
         head += f"{stage}  ·  path: "
         zoom, root = flame.zoom_node, flame.root
         share = ""
         if flame.zoom and zoom is not None and root is not None and root.total:
             share = f" ({zoom.total / root.total * 100:.1f}%)"
-        crumb = breadcrumb(flame.zoom, max(8, width - len(head) - len(share)))
-        return head + crumb + share
+        found = search_text(flame.found)
+        found = "  ·  /" + found if found else ""
+        crumb = breadcrumb(flame.zoom, max(8, width - len(head) - len(share) - len(found)))
+        return head + crumb + share + found
 
     def _update_header(self) -> None:
         snap = self.flame_list.snapshot
         width = max(20, self.content_region.width - 2)
         self.query_one("#flame-header", Static).update(Text(" " + self.header_text(width)))
+        if self.view != "table":
+            flame = self.flame_list
+            zoom = flame.zoom_node if flame.zoom else None
+            detail = frame_detail(flame.selected, flame.root, zoom, flame.mode == "ops", width)
+            self.detail.update(detail)
         self.set_class(snap is not None and snap.stage_filter is not None, "-filtered")
