@@ -280,3 +280,44 @@ async def test_z_shows_the_plumbing_frames_and_n_merges_lines() -> None:
         await wait_for(pilot, lambda: app.displayed.shape.lines is False)
         flame = app.displayed.flame
         assert flame.total > 0 and all(c.frame.line == 0 for c in flame.children.values())
+
+
+async def test_replay_with_a_base_colours_what_grew_red_and_what_shrank_blue() -> None:
+    """replay (naive tokenizer) --base (the plain service): the tokenizer took 65 points more of
+    the time, the model 30 less; the detail line gives the base's share and the change."""
+    from infertop.analysis.base_profile import BaseProfile
+    from infertop.tui.palette import diff_color
+    from tests.support import data
+
+    recs = data.DATA / "recordings"
+    base = BaseProfile(
+        ReplaySource(read_recording(str(recs / "textgen_service.infertop")), Config()).session,
+        "textgen_service.infertop",
+    )
+    src = ReplaySource(read_recording(str(recs / "textgen_slow_tokenizer.infertop")), Config())
+    app = create_app(src, title="infertop", base=base)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await started(pilot, app)
+        flame = app.query_one(FlameList)
+        await wait_for(pilot, lambda: flame.base is not None)
+        colour = flame._colour()
+        assert colour is not None
+
+        def node(name: str):
+            stack = [app.displayed.flame]
+            while stack:
+                n = stack.pop()
+                if n.frame is not None and n.frame.function == name:
+                    return n
+                stack.extend(n.children.values())
+            raise AssertionError(name)
+
+        assert colour(node("Tokenizer.encode_batch")) == diff_color(0.5)  # the reddest
+        assert colour(node("TinyCausalLM.forward")) == diff_color(-0.2)  # the bluest
+        assert "vs base textgen_service.infertop" in flame_header(app)
+        await pilot.press("down", "down", "down")  # Batcher.run > serve > tokenize_batch
+        await wait_for(pilot, lambda: "pts)" in screen_text(app))
+        # the ops flame has no base: stage colours there
+        await pilot.press("o")
+        await wait_for(pilot, lambda: flame.mode == "ops")
+        assert flame._colour() is None

@@ -20,6 +20,7 @@ import pytest
 from gpu_data import write_gpu_recording
 from tui_data import screen_text, wait_for
 
+from infertop.analysis.base_profile import BaseProfile
 from infertop.config import Config
 from infertop.record.reader import read_recording
 from infertop.sources import ReplaySource
@@ -30,6 +31,8 @@ SNAPSHOTS = data.DATA / "snapshots"
 RECORDING = data.DATA / "recordings" / "textgen_service.infertop"
 #: two real traces (A100 sampled, CPU only) imported as a directory of ranks (recordings/README)
 RANKS = data.DATA / "recordings" / "ranks_a100_cpu.infertop"
+#: the same sample with its naive tokenizer: replayed against RECORDING, the differential flame
+SLOW = data.DATA / "recordings" / "textgen_slow_tokenizer.infertop"
 UPDATE = os.environ.get("INFERTOP_UPDATE_SNAPSHOTS") == "1"
 SIZES = [(80, 24), (160, 50)]
 #: view name -> (keys pressed on the replay of the recorded sample, text on the screen once
@@ -66,9 +69,13 @@ def _recording(kind: str, tmp_path: Path) -> Path:
 
 
 async def _render(
-    path: Path, keys: tuple[str, ...], size: tuple[int, int], shown: str
+    path: Path, keys: tuple[str, ...], size: tuple[int, int], shown: str, base: Path | None = None
 ) -> tuple[str, str]:
-    app = create_app(ReplaySource(read_recording(str(path)), Config()), title="infertop")
+    profile = None
+    if base is not None:
+        profile = BaseProfile(ReplaySource(read_recording(str(base)), Config()).session, base.name)
+    source = ReplaySource(read_recording(str(path)), Config())
+    app = create_app(source, title="infertop", base=profile)
     async with app.run_test(size=size) as pilot:
         await wait_for(pilot, lambda: app.displayed is not None, 20.0)  # the first snapshot
         if keys:
@@ -124,3 +131,13 @@ async def test_gpu_panel_and_processes_render_as_saved(
 ) -> None:
     svg, text = await _render(_recording(kind, tmp_path), keys, size, shown)
     _check(f"{kind if kind == 'gpu' else 'processes'}-{size[0]}x{size[1]}", svg, text, tmp_path)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+async def test_the_differential_flame_renders_as_saved(size: tuple[int, int], tmp_path: Path) -> None:
+    """replay SLOW --base RECORDING: the tokenizer's frames red, the model's blue."""
+    for path in (SLOW, RECORDING):
+        if not path.is_file():
+            pytest.fail(f"test data missing: {path}")
+    svg, text = await _render(SLOW, ("f",), size, "vs base", base=RECORDING)
+    _check(f"flame-diff-{size[0]}x{size[1]}", svg, text, tmp_path)

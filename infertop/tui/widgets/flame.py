@@ -14,6 +14,9 @@ search line).
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
+
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
@@ -28,11 +31,13 @@ from textual.strip import Strip
 from textual.widgets import Input, Static
 
 from infertop.analysis.flame import FlameNode
+from infertop.analysis.flame_diff import BaseShares, growth
 from infertop.analysis.snapshot import Snapshot
 from infertop.model.events import Frame
 from infertop.tui import flame_search
 from infertop.tui.flame_search import Finisher, Search, search, search_text
 from infertop.tui.icicle import IcicleLayout, deepest_shown
+from infertop.tui.palette import diff_color
 from infertop.tui.widgets.flame_rows import (
     MIN_SHARE,
     FlameRow,
@@ -42,7 +47,7 @@ from infertop.tui.widgets.flame_rows import (
     list_strip,
     ops_label,
 )
-from infertop.tui.widgets.icicle import icicle_strip, python_label
+from infertop.tui.widgets.icicle import by_stage, icicle_strip, python_label
 from infertop.tui.widgets.ops import OpsTable, no_ops_reason, visible_rows
 
 __all__ = [  # the list's pieces are re-exported from flame_rows, where they live
@@ -188,6 +193,7 @@ class FlameList(ScrollView, can_focus=True, inherit_bindings=False):
         self.found: Search | None = None
         self._finisher = Finisher(self._counted_elsewhere)
         self._strips: dict[int, Strip] = {}
+        self._growth: dict[int, object] = {}  # id(node) -> its diff colour (0: the root it is of)
 
     # -- data -------------------------------------------------------------------------------
     def show(self, snapshot: Snapshot) -> None:
@@ -483,6 +489,7 @@ class FlameList(ScrollView, can_focus=True, inherit_bindings=False):
                 focused=self.has_focus,
                 found=self.found,
                 label=ops_label if self.mode == "ops" else python_label,
+                colour=self._colour() or by_stage,
             )
         assert root is not None and self.zoom_node is not None
         return list_strip(
@@ -494,7 +501,32 @@ class FlameList(ScrollView, can_focus=True, inherit_bindings=False):
             focused=self.has_focus,
             found=self.found,
             ops=self.mode == "ops",
+            colour=self._colour(),
         )
+
+    @property
+    def base(self) -> BaseShares | None:
+        """replay --base: the base's shares, for the Python flame (the ops flame has none)."""
+        snap = self.snapshot
+        return snap.base if snap is not None and self.mode == "python" else None
+
+    def _colour(self) -> Callable[[FlameNode], str] | None:
+        """The differential flame's colouring (grew red, shrank blue) when there is a base."""
+        base, root = self.base, self.root
+        if base is None or root is None:
+            return None
+        cache = self._growth
+        if cache.get(0) is not root:  # a new snapshot: new nodes
+            cache.clear()
+            cache[0] = root
+
+        def colour(node: FlameNode) -> str:
+            key = id(node)
+            if key not in cache:
+                cache[key] = diff_color(growth(node, root, base))
+            return cache[key]
+
+        return colour
 
     def empty_text(self) -> str:
         """The one line shown when there are no rows."""
@@ -639,6 +671,8 @@ class FlamePanel(Vertical):
             head = head if len(head) + 40 <= width else f"torch ops {flame.style} µs  ·  "
         else:
             head = f"Python {flame.style}  ·  "
+            if flame.base is not None and snap is not None and snap.base_path:
+                head += f"vs base {os.path.basename(snap.base_path)} (red grew, blue shrank)  ·  "
         head += f"{stage}  ·  path: "
         zoom, root = flame.zoom_node, flame.root
         share = ""
@@ -656,6 +690,8 @@ class FlamePanel(Vertical):
         if self.view != "table":
             flame = self.flame_list
             zoom = flame.zoom_node if flame.zoom else None
-            detail = frame_detail(flame.selected, flame.root, zoom, flame.mode == "ops", width)
+            detail = frame_detail(
+                flame.selected, flame.root, zoom, flame.mode == "ops", width, flame.base
+            )
             self.detail.update(detail)
         self.set_class(snap is not None and snap.stage_filter is not None, "-filtered")

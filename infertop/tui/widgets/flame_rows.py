@@ -3,6 +3,7 @@ zoom breadcrumb, the detail line of the selected frame, and an op's short label.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from rich.segment import Segment
@@ -11,6 +12,7 @@ from rich.text import Text
 from textual.strip import Strip
 
 from infertop.analysis.flame import FlameNode
+from infertop.analysis.flame_diff import BaseShares, path_key
 from infertop.analysis.ops import DEVICE_FILE
 from infertop.model.events import Frame
 from infertop.tui.flame_search import Search
@@ -66,13 +68,14 @@ def list_strip(
     focused: bool,
     found: Search | None,
     ops: bool,
+    colour: Callable[[FlameNode], str] | None = None,
 ) -> Strip:
     """One row of the list ``width`` cells wide: the bar (its share of ``zoom``), total %
     and self % (of ``root``), then the function indented by depth and its file:line (for
     ops: the time and the device, then the name); a search's matches are highlighted."""
     node = row.node
     assert node.frame is not None
-    color = stage_color(node.stage)
+    color = colour(node) if colour is not None else stage_color(node.stage)
     base = (
         Style(bgcolor="#2a3850")
         if selected and focused
@@ -119,15 +122,19 @@ def ops_label(node: FlameNode, room: int) -> str:
 
 
 def frame_detail(
-    node: FlameNode | None, root: FlameNode | None, zoom: FlameNode | None, ops: bool, width: int
-) -> Text:
+    node: FlameNode | None, root: FlameNode | None, zoom: FlameNode | None, ops: bool, width: int,
+    base: BaseShares | None = None,
+) -> Text:  # fmt: skip
     """The detail line: the selected frame's full name, where it is, its total and self
     share of every sample shown (``root``; and of the zoomed frame ``zoom``, None when not
-    zoomed), and its stage."""
+    zoomed), with a ``base`` (replay --base) its share there and the change, and its stage."""
     if node is None or node.frame is None or root is None or not root.total:
         return Text("")
     frame = node.frame
     shares = f"total {node.total / root.total:.1%}, self {node.self_count / root.total:.1%}"
+    if base is not None:
+        was = base.share(path_key(node))
+        shares += f" (base {was:.1%}, {(node.total / root.total - was) * 100:+.1f} pts)"
     in_zoom = ""
     if zoom is not None and zoom.total and zoom is not node:
         in_zoom = f"in zoom {node.total / zoom.total:.1%}, {node.self_count / zoom.total:.1%}"

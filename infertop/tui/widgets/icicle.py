@@ -45,12 +45,22 @@ def bar_text(label: str, share: float, room: int) -> str:
     return label.ljust(room)
 
 
-def bar_style(node: FlameNode, selected: bool, focused: bool, found: Search | None) -> Style:
+#: a frame's colour: its stage's, or (the differential flame) its growth against a base
+Colour = Callable[[FlameNode], str]
+
+
+def by_stage(node: FlameNode) -> str:
+    return stage_color(node.stage)
+
+
+def bar_style(
+    node: FlameNode, selected: bool, focused: bool, found: Search | None, colour: Colour = by_stage
+) -> Style:
     if selected:
         return SELECTED if focused else SELECTED_UNFOCUSED
     if found is not None and not found.hit(node):
         return DIMMED
-    color = stage_color(node.stage)
+    color = colour(node)
     style = Style(bgcolor=color, color=text_on(color))
     if node.frame is not None and node.frame.file == DEVICE_FILE:
         style += Style(italic=True)  # a kernel or copy, as in the list
@@ -66,6 +76,7 @@ def icicle_strip(
     focused: bool,
     found: Search | None,
     label: Labeller,
+    colour: Colour = by_stage,
 ) -> Strip:
     """One row ``width`` cells wide; ``total`` is what shares are of (every sample shown)."""
     segments: list[Segment] = []
@@ -77,7 +88,7 @@ def icicle_strip(
             segments.append(Segment(" " * span.width, FILLER))
         else:
             node = span.node
-            style = bar_style(node, node is selected, focused, found)
+            style = bar_style(node, node is selected, focused, found, colour)
             room = max(1, span.width - 1)
             text = (
                 bar_text(label(node, room), node.total / total, room) if room >= MIN_LABEL else ""
