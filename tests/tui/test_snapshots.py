@@ -45,6 +45,7 @@ VIEWS = {
     "flame-only": (("f",), "Batcher.run"),  # the icicle graph, the default style, folded
     "flame-unfolded": (("f", "z"), "Thread._bootstrap"),  # every frame, plumbing too
     "flame-list": (("f", "t"), "Python list"),
+    "flame-list-unfolded": (("f", "t", "z"), "Thread._bootstrap"),
     "flame-zoom": (("f", "down", "down", "down", "enter"), "(33.0%)"),
     "flame-search": (("f", "slash", *"tokeniz*", "enter"), "tokeniz*: "),
     "findings": (("i",), "findings · 1"),
