@@ -178,7 +178,15 @@ def test_gzip_when_the_name_ends_in_gz(tmp_path) -> None:
     assert not [f for f in os.listdir(tmp_path) if f.startswith(".infertop-export")]
 
 
-@pytest.mark.parametrize("trace", GPU_TRACES, ids=lambda p: p.name)
+#: the whole 109k-event A100 and the V100 trace take ~20 s each here: with the full suite only
+_HEAVY = ("a100_80gb_rank0.json.gz", "v100_training_rank0.json.gz")
+
+
+@pytest.mark.parametrize(
+    "trace",
+    [pytest.param(t, marks=pytest.mark.slow) if t.name in _HEAVY else t for t in GPU_TRACES],
+    ids=lambda p: p.name,
+)
 def test_kineto_traces_export_whole_and_valid(trace: Path, tmp_path) -> None:
     out = str(tmp_path / "k.json.gz")
     assert main(["export", str(trace), "--format", "chrome", "-o", out]) == 0
@@ -321,6 +329,7 @@ def test_a_damaged_recording_exports_up_to_the_damage(tmp_path) -> None:
     assert any(e.get("cat") == "python" for e in doc["traceEvents"])
 
 
+@pytest.mark.slow  # two exports of a long session, measured: ~10 s (with the full suite only)
 @pytest.mark.parametrize("fmt,name", [("chrome", "t.json.gz"), ("speedscope", "t.speedscope.json")])
 def test_memory_does_not_grow_with_the_number_of_events(fmt: str, name: str, tmp_path) -> None:
     import tracemalloc
