@@ -10,11 +10,10 @@ as sampled, never on shaped ones.
 
 from __future__ import annotations
 
-import fnmatch
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from infertop.analysis.stages import StageRule
 from infertop.config import DEFAULT_FOLD_FRAMES
 from infertop.model.events import Frame
 
@@ -32,28 +31,26 @@ class FlameShape:
 
 
 class FoldRule:
-    """``FILE_GLOB:FUNC_GLOB`` (or ``FUNC_GLOB``). A dotted FUNC_GLOB also matches a bare
-    function name by its last part: Python < 3.11 has no qualified names."""
+    """``FILE_GLOB:FUNC_GLOB`` (or ``FUNC_GLOB``), matched as a stage rule is. A dotted
+    FUNC_GLOB also matches a bare function name by its last part: Python < 3.11 has no
+    qualified names."""
 
-    __slots__ = ("pattern", "_file", "_func", "_bare")
+    __slots__ = ("pattern", "_rule", "_bare")
 
     def __init__(self, pattern: str) -> None:
         file_glob, sep, func_glob = pattern.rpartition(":")
         if not sep:
             file_glob, func_glob = "", pattern
         self.pattern = pattern
-        self._file = re.compile(fnmatch.translate(file_glob)) if file_glob else None
-        self._func = re.compile(fnmatch.translate(func_glob or "*"))
+        self._rule = StageRule.parse("fold", pattern)
         last = func_glob.rpartition(".")[2]
-        self._bare = re.compile(fnmatch.translate(last)) if last != func_glob else None
+        bare = f"{file_glob}:{last}" if file_glob else last
+        self._bare = StageRule.parse("fold", bare) if last != func_glob else None
 
     def matches(self, frame: Frame) -> bool:
-        if self._file is not None and not self._file.match(frame.file.replace("\\", "/")):
-            return False
-        func = frame.function
-        if self._func.match(func):
+        if self._rule.matches(frame):
             return True
-        return self._bare is not None and "." not in func and bool(self._bare.match(func))
+        return self._bare is not None and "." not in frame.function and self._bare.matches(frame)
 
 
 class StackShaper:
