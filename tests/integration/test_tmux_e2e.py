@@ -154,11 +154,11 @@ def test_run_starts_the_command_shows_it_and_stops_it_on_quit(tmp_path) -> None:
     term = Tmux(f"cd {tmp_path} && {sys.executable} -m infertop run --inject --record run.infertop -- {sys.executable} {script}")
     try:
         term.wait_for(lambda s: "ingest" in s and "crunch" in s, timeout=45)
-        children = [  # started in this test's terminal, not another test's target
-            str(p.pid) for p in term.descendants() if _cmdline(p)[-1:] == [str(script)]
-            and "infertop" not in " ".join(_cmdline(p)[:-1])
+        children = [  # `python script`, started in this test's terminal (not infertop itself,
+            # whose command line ends with the script too; a checkout's path may hold "infertop")
+            str(p.pid) for p in term.descendants() if _cmdline(p)[1:] == [str(script)]
         ]  # fmt: skip
-        assert len(children) == 1
+        assert len(children) == 1, [(p.pid, _cmdline(p)) for p in term.descendants()]
         term.keys("q")
         screen = term.wait_for(lambda s: "EXITED-0" in s, timeout=20)
         assert "recording written to run.infertop" in screen

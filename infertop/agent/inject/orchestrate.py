@@ -76,19 +76,29 @@ def _inject(
     info, version = refused
 
     # 3./4. get the payload in
-    try:
-        socket_dir = protocol.ensure_socket_dir(uid, gid, root=probe.root_prefix(pid))
-    except protocol.UnsafeSocketDir as exc:
-        return fail(DENIED, f"unsafe socket directory: {exc}", t0, python=version)
-    boot_file = os.path.join(socket_dir, f"boot-{pid:d}-{secrets.token_hex(6)}.py")
-    inner_boot = boot_file[len(probe.root_prefix(pid)) :]
+    # the socket folder is shared with every other agent and injector of this user, each of
+    # which removes it when it is empty on its way out, maybe between our making sure of it
+    # and our write: then make sure of it again
     deadline = time.time() + timeout
-    source = boot.payload_source(deadline, inner_boot, idle_exit_s)
-    try:
-        boot.write_boot_file(boot_file, source, uid, gid)
-    except OSError as exc:
-        reason = f"cannot write {boot_file}: {exc.strerror or exc}"
-        return fail(FAILED, reason, t0, python=version)
+    for attempt in range(5):
+        try:
+            socket_dir = protocol.ensure_socket_dir(uid, gid, root=probe.root_prefix(pid))
+        except protocol.UnsafeSocketDir as exc:
+            return fail(DENIED, f"unsafe socket directory: {exc}", t0, python=version)
+        boot_file = os.path.join(socket_dir, f"boot-{pid:d}-{secrets.token_hex(6)}.py")
+        inner_boot = boot_file[len(probe.root_prefix(pid)) :]
+        source = boot.payload_source(deadline, inner_boot, idle_exit_s)
+        try:
+            boot.write_boot_file(boot_file, source, uid, gid)
+            break
+        except FileNotFoundError:
+            if attempt < 4:
+                continue
+            return fail(FAILED, f"cannot write {boot_file}: its folder keeps vanishing", t0,
+                        python=version)  # fmt: skip
+        except OSError as exc:
+            reason = f"cannot write {boot_file}: {exc.strerror or exc}"
+            return fail(FAILED, reason, t0, python=version)
 
     chosen = (os.environ.get("INFERTOP_INJECT") or method or "auto").lower()
     try:

@@ -48,6 +48,17 @@ class _ServingMixin:
         self.statuses_sent = set()
 
     def open(self):
+        # the socket folder is shared by every agent and injector of this user, and each one
+        # removes it when it is empty on its way out: one may do so between our making sure
+        # of it and our bind. Then the bind finds no folder: make sure of it again.
+        for attempt in range(5):
+            try:
+                return self._open_once()
+            except FileNotFoundError:
+                if attempt == 4:
+                    raise
+
+    def _open_once(self):
         uid = os.geteuid()
         sweep_stale_sockets(ensure_socket_dir(uid))  # what killed agents left behind
         path = socket_path(os.getpid(), uid)
