@@ -15,7 +15,8 @@ cleanup() {
   for pid in "${hogs[@]}"; do kill "$pid" 2>/dev/null; done
   wait 2>/dev/null
 }
-trap cleanup EXIT INT TERM
+trap cleanup EXIT
+trap 'exit 130' INT TERM  # stop here: the EXIT trap then kills the hogs
 for _ in 1 2; do
   python3 -c "while True: pass" &
   hogs+=("$!")
