@@ -25,13 +25,22 @@ def python_threads(pid: int) -> list[str]:
     return sorted(line.split('"')[1] for line in out.splitlines() if line.startswith("Thread ") and '"' in line)
 
 
-def rates(path_a: str, path_b: str, seconds: float) -> tuple[float, float]:
-    """Request rates of two samples over the same interval."""
-    a0, b0 = read_truth(path_a), read_truth(path_b)
+def _cpu_s(pid: int) -> float:
+    """The process's CPU seconds so far (user + system, every thread), from /proc."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rates(a: tuple[str, int], b: tuple[str, int], seconds: float) -> tuple[float, float]:
+    """Requests per CPU second of two samples ((truth file, pid) each) over the same interval:
+    the kernel's accounting, so a busy machine that gives them less CPU does not read as a
+    slower target; work the agent left behind in it would."""
+    a0, b0 = (read_truth(a[0]), _cpu_s(a[1])), (read_truth(b[0]), _cpu_s(b[1]))
     time.sleep(seconds)
-    a1, b1 = read_truth(path_a), read_truth(path_b)
+    a1, b1 = (read_truth(a[0]), _cpu_s(a[1])), (read_truth(b[0]), _cpu_s(b[1]))
     return tuple(  # type: ignore[return-value]
-        (y["requests"] - x["requests"]) / max(1e-6, y["written"] - x["written"])
+        (y[0]["requests"] - x[0]["requests"]) / max(1e-3, y[1] - x[1])
         for x, y in ((a0, a1), (b0, b1))
     )
 
@@ -60,13 +69,13 @@ def test_injected_agent_brings_torch_ops_and_leaves_nothing(tmp_path, sample: st
                 time.sleep(0.2)
         before_threads = len(os.listdir(f"/proc/{target.pid}/task"))
         before_py = python_threads(target.pid)
-        before, twin_before = rates(truth, twin_truth, 4)
+        before, twin_before = rates((truth, target.pid), (twin_truth, twin.pid), 4)
         out = str(tmp_path / "a.infertop")
         p = infertop("record", str(target.pid), "-o", out, "--duration", "20",
                      "--inject", "--profile-period", "2", "--profile-window", "0.3")  # fmt: skip
         assert p.returncode == 0, p.stderr
         time.sleep(2)  # the agent stops within 1 s of detach; give the sample a moment
-        after, twin_after = rates(truth, twin_truth, 4)
+        after, twin_after = rates((truth, target.pid), (twin_truth, twin.pid), 4)
         assert target.poll() is None
         # no Python thread of ours is left; torch's first profiler use starts one idle native
         # thread of its own (libkineto's ConfigLoader), which lives as long as the process

@@ -31,7 +31,10 @@ PTRACE_SETREGSET = 0x4205
 PTRACE_SEIZE = 0x4206
 PTRACE_INTERRUPT = 0x4207
 PTRACE_EVENT_STOP = 128
-EPERM_PATIENCE_S = 0.5  # how long a seize refused with EPERM is tried again (another tracer)
+#: how long a seize refused with EPERM is tried again (another tracer: py-spy holds every thread
+#: for its sample, and on a busy machine may be descheduled while it does); a denial for good
+#: (another user, Yama) is reported after this long
+EPERM_PATIENCE_S = 2.0
 NT_X86_XSTATE = 0x202
 WALL = 0x40000000
 SYS_TGKILL = 234
