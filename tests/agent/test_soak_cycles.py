@@ -51,7 +51,7 @@ def test_fifty_attach_detach_cycles_leave_both_sides_flat(targets):
     rss_target, rss_ours = [], []
     for cycle in range(CYCLES):
         assert one_cycle(target.pid) >= 1, cycle
-        assert wait_until(lambda: not os.path.exists(sock), 5), cycle
+        assert wait_until(lambda: not os.path.exists(sock), 30), cycle
         now = {
             "target threads": lambda: threads(target.pid), "target fds": lambda: fds(target.pid),
             "target sockets": lambda: sockets(target.pid), "our threads": lambda: threads(me),
