@@ -10,17 +10,14 @@ from typing import Any
 
 from infertop.analysis.flame import FlameNode
 from infertop.analysis.flame_diff import STEADY, BaseShares, diff_rows, gone_frames
+from infertop.report.bars import bar
 
 BAR_W = 10
-_EIGHTHS = " ▏▎▍▌▋▊▉"
 RED, BLUE, DIM, RESET = "\x1b[31m", "\x1b[34m", "\x1b[2m", "\x1b[0m"
 
 
 def _bar(share: float) -> str:
-    eighths = round(min(max(share, 0.0), 1.0) * BAR_W * 8)
-    full, part = divmod(eighths, 8)
-    text = "█" * full + (_EIGHTHS[part] if part and full < BAR_W else "")
-    return text.ljust(BAR_W)
+    return "".join(bar(share, BAR_W))
 
 
 def _change(change: float, base: float, colour: bool) -> str:

@@ -2,6 +2,7 @@
 process section and trace reports (layer: report). Import the modules by name."""
 
 __all__ = [
+    "bars",
     "build",
     "processes",
     "schema",

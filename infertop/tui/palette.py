@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import zlib
 
+from infertop.report.bars import bar as bar  # re-exported: diff --flame draws the same bars
+
 #: One fixed colour per built-in stage (readable on dark and light terminals).
 STAGE_COLORS: dict[str, str] = {
     "preprocess": "#5fafff",
@@ -19,7 +21,6 @@ STAGE_COLORS: dict[str, str] = {
 #: Colours for user-defined stages, picked by a stable hash of the name.
 _FALLBACK = ("#ff87d7", "#e0e070", "#ffaf87", "#87d7af", "#d7875f", "#8fa8ff")
 
-_EIGHTHS = " ▏▎▍▌▋▊▉"
 _SPARK = "▁▂▃▄▅▆▇█"
 
 
@@ -41,15 +42,6 @@ def text_on(background: str) -> str:
 
     r, g, b = (channel(background[i : i + 2]) for i in (1, 3, 5))
     return "#121212" if 0.2126 * r + 0.7152 * g + 0.0722 * b > 0.18 else "#f0f0f0"
-
-
-def bar(fraction: float, width: int) -> tuple[str, str]:
-    """A horizontal bar ``width`` cells wide as (filled part, empty part), in eighths of a cell."""
-    fraction = min(max(fraction, 0.0), 1.0)
-    eighths = round(fraction * width * 8)
-    full, part = divmod(eighths, 8)
-    filled = "█" * full + (_EIGHTHS[part] if part and full < width else "")
-    return filled, " " * (width - len(filled))
 
 
 def sparkline(values: list[float], width: int) -> str:

@@ -10,39 +10,22 @@ import os
 import signal
 import subprocess
 from collections.abc import Callable, Iterator
-from typing import NamedTuple
 
 import pytest
 
-from infertop.cli import build_parser, main
+from infertop.cli import build_parser
 from infertop.commands import COMMANDS
 from infertop.commands.wiring import CollectOptions
 from tests.support import data
-
-
-class Ran(NamedTuple):
-    returncode: int
-    stdout: str
-    stderr: str
-
+from tests.support.cli import Ran, run_cli
 
 Infertop = Callable[..., Ran]
 
 
 @pytest.fixture
-def infertop(capsys: pytest.CaptureFixture[str]) -> Infertop:
+def infertop() -> Infertop:
     """``infertop ARGS...`` as a user runs it, in this process: exit code and output."""
-
-    def run(*args: str) -> Ran:
-        capsys.readouterr()  # only this run's output
-        try:
-            code = main(list(args))
-        except SystemExit as exc:  # argparse ends --help and bad usage itself, as in a shell
-            code = exc.code if isinstance(exc.code, int) else 1
-        out, err = capsys.readouterr()
-        return Ran(code, out, err)
-
-    return run
+    return run_cli
 
 
 @pytest.fixture(autouse=True)

@@ -193,7 +193,8 @@ class FlameList(ScrollView, can_focus=True, inherit_bindings=False):
         self.found: Search | None = None
         self._finisher = Finisher(self._counted_elsewhere)
         self._strips: dict[int, Strip] = {}
-        self._growth: dict[int, object] = {}  # id(node) -> its diff colour (0: the root it is of)
+        self._growth: dict[int, str] = {}  # id(node) -> its diff colour, for the nodes of ...
+        self._growth_root: FlameNode | None = None  # ... this root (a new snapshot: new nodes)
 
     # -- data -------------------------------------------------------------------------------
     def show(self, snapshot: Snapshot) -> None:
@@ -516,9 +517,9 @@ class FlameList(ScrollView, can_focus=True, inherit_bindings=False):
         if base is None or root is None:
             return None
         cache = self._growth
-        if cache.get(0) is not root:  # a new snapshot: new nodes
+        if self._growth_root is not root:
             cache.clear()
-            cache[0] = root
+            self._growth_root = root
 
         def colour(node: FlameNode) -> str:
             key = id(node)
