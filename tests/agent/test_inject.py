@@ -387,6 +387,7 @@ def test_peer_of_another_user_gets_no_reply(targets):
     assert out == "" and err == ""
 
 
+@pytest.mark.solo  # makes and removes /tmp/infertop-65534, which test_security plants
 @pytest.mark.skipif(not _nobody_can_run_python(), reason="user nobody cannot run the venv's python here")
 def test_root_injects_into_another_users_process(targets):
     """root may inject anywhere: the socket directory and boot file are made for the target's

@@ -95,6 +95,7 @@ def _plant(kind: str, where: str) -> None:
         os.chown(where, NOBODY, NOBODY)
 
 
+@pytest.mark.solo  # plants /tmp/infertop-65534, which every test as user nobody uses
 @pytest.mark.skipif(not _nobody_runs_python(), reason="needs root, setpriv, python for nobody")
 @pytest.mark.parametrize("kind", ["symlink", "foreign owner", "loose mode"])
 def test_a_planted_socket_directory_stops_the_injection(targets, kind: str):
