@@ -12,6 +12,8 @@ A config file looks like::
     preprocess = ["*server.py:encode_batch", "parse_request"]
     retrieval = ["*/faiss/*:*"]
 
+    [tail]              # the slow calls of a stage (default: its p99), for the tail view
+    slow = { preprocess = 40 }
     [flame]             # call plumbing merged into its caller in flames and top frames
     fold = ["*/mylib/decorators.py:wrapper"]    # folded as well as the defaults
     fold_defaults = true                        # false: only the patterns above
@@ -212,10 +214,34 @@ class Config:
     stage_rules: tuple[tuple[str, str], ...] = ()
     #: frames folded into their callers (``[flame] fold``, after the defaults)
     fold_frames: tuple[str, ...] = DEFAULT_FOLD_FRAMES
+    #: a stage's calls at least this slow (ms) are its slow calls in the tail view (``[tail]
+    #: slow``, ``--slow STAGE=MS``); a stage not named: its p99
+    slow_ms: tuple[tuple[str, float], ...] = ()
 
     def with_stage_args(self, args: list[str]) -> Config:
         """Add ``--stage NAME=PATTERN`` arguments (they go before the file's rules)."""
         return replace(self, stage_rules=tuple(parse_stage_arg(a) for a in args) + self.stage_rules)
+
+    def with_slow_args(self, args: list[str]) -> Config:
+        """Add ``--slow STAGE=MS`` arguments (they replace the file's for the same stage)."""
+        given = dict(self.slow_ms)
+        given.update(parse_slow_arg(a) for a in args)
+        return replace(self, slow_ms=tuple(given.items()))
+
+
+def parse_slow_arg(arg: str) -> tuple[str, float]:
+    name, sep, value = arg.partition("=")
+    name, value = name.strip(), value.strip().removesuffix("ms").strip()
+    try:
+        ms = float(value)
+    except ValueError:
+        ms = -1.0
+    if not sep or not name or not 0 < ms < math.inf:
+        raise UsageError(
+            f"bad --slow {arg!r}",
+            "write STAGE=MS, e.g. --slow preprocess=40: its calls of 40 ms or more are the slow ones",
+        )
+    return name, ms
 
 
 def parse_stage_arg(arg: str) -> tuple[str, str]:
@@ -287,7 +313,17 @@ def load_config(path: str | None) -> Config:
         except ValueError as exc:
             raise UsageError(str(exc)) from None
     return Config(collect=collect, stage_rules=tuple(rules), findings=findings,
-                  fold_frames=_fold_frames(data.get("flame", {}), path))  # fmt: skip
+                  fold_frames=_fold_frames(data.get("flame", {}), path),
+                  slow_ms=_slow(data.get("tail", {}), path))  # fmt: skip
+
+
+def _slow(raw: object, path: str) -> tuple[tuple[str, float], ...]:
+    if not isinstance(raw, dict) or set(raw) - {"slow"} or not isinstance(raw.get("slow", {}), dict):
+        raise UsageError(f"{path}: [tail] must be a table with slow = {{STAGE = MS, ...}}")
+    try:
+        return tuple((str(k), _positive(v, f"tail.slow.{k}", path)) for k, v in raw.get("slow", {}).items())
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _fold_frames(raw: object, path: str) -> tuple[str, ...]:

@@ -18,9 +18,12 @@ from infertop.collect.pyspy import PySpyCollector
 from infertop.config import Config
 from infertop.model.events import (
     AllocatorReading,
+    CallSamples,
     CollectorStatus,
     Event,
     FrameDef,
+    GcPause,
+    LoopLag,
     Marker,
     OpWindow,
     SampleWindow,
@@ -139,10 +142,14 @@ class LiveSource:
 def event_time(ev: Event) -> float | None:
     """When an event happened, for replay; None for definitions (they take the next time)."""
     match ev:
-        case SampleWindow() | StageSpan() | OpWindow():
+        case SampleWindow() | StageSpan() | OpWindow() | GcPause():
             return ev.t_end
         case CollectorStatus() | TargetExited() | Marker() | AllocatorReading() | GpuReading():
             return ev.t
+        case LoopLag():
+            return ev.t + ev.lag_s  # when it was seen
+        case CallSamples():
+            return ev.samples[-1][1] if ev.samples else None
     return None
 
 

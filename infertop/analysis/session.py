@@ -19,16 +19,22 @@ from dataclasses import dataclass, field, replace
 from infertop.analysis.gpu_series import GpuFold
 from infertop.analysis.latency_sketch import DurationHistogram
 from infertop.analysis.ops import OpTotals
+from infertop.analysis.pauses import PauseFold
 from infertop.analysis.shares import Latency
 from infertop.analysis.stages import IDLE, StageClassifier
+from infertop.analysis.tail import CallSampleIndex
 from infertop.analysis.wall import WallAttribution, by_thread_stages
 from infertop.analysis.windows import WindowSummary, WindowTotals, split_by_pid
+from infertop.collect.agent_client import RawCallSamples
 from infertop.collect.pyspy import RawSampleWindow
 from infertop.model.events import (
     AllocatorReading,
+    CallSamples,
     CollectorStatus,
     Event,
     FrameDef,
+    GcPause,
+    LoopLag,
     Marker,
     OpWindow,
     ProcessDef,
@@ -60,6 +66,11 @@ class Session:
     op_windows: list[OpWindow] = field(default_factory=list)  # ordered by t_end
     allocator: list[AllocatorReading] = field(default_factory=list)  # ordered by t
     gpu: list[GpuReading] = field(default_factory=list)  # NVML readings, ordered by t
+    #: the agent's evidence of pauses (GC, event-loop lag) and its call samples (tail view)
+    gc_pauses: list[GcPause] = field(default_factory=list)
+    loop_lags: list[LoopLag] = field(default_factory=list)
+    call_samples: CallSampleIndex = field(default_factory=CallSampleIndex)
+    pause_fold: PauseFold = field(default_factory=PauseFold)
     _gpu_ts: list[float] = field(default_factory=list)
     _window_ends: list[float] = field(default_factory=list)
     _op_ends: list[float] = field(default_factory=list)
@@ -88,7 +99,10 @@ class Session:
 
     # -- building ---------------------------------------------------------------------------
     def intern(self, raw: object) -> list[Event]:
-        """Turn a collector's raw window into definition events plus a ``SampleWindow``."""
+        """Turn a collector's raw window into definition events plus a ``SampleWindow`` (the
+        agent's raw call samples: plus ``CallSamples``)."""
+        if isinstance(raw, RawCallSamples):
+            return self._intern_call_samples(raw)
         if not isinstance(raw, RawSampleWindow):
             return [raw]  # type: ignore[list-item]
         new: list[Event] = []
@@ -128,6 +142,15 @@ class Session:
         )
         return new
 
+    def _intern_call_samples(self, raw: RawCallSamples) -> list[Event]:
+        new: list[Event] = []
+        rows = []
+        for tid, t, frames in raw.samples:
+            fids = tuple(self.symbols.frame_id(f, new) for f in frames)  # type: ignore[arg-type]
+            rows.append((tid, t, self.symbols.stack_id(fids, new)))  # type: ignore[arg-type]
+        new.append(CallSamples(raw.rate_hz, tuple(rows), raw.gil_waits, raw.pid))
+        return new
+
     def apply(self, ev: Event) -> None:
         """Add one event to the timeline. Definitions made by ``intern`` are already known."""
         match ev:
@@ -165,6 +188,16 @@ class Session:
                 self._gpu_ts.insert(i, ev.t)
                 self.gpu.insert(i, ev)
                 self._saw(ev.t)
+            case GcPause():
+                self.gc_pauses.append(ev)
+                self._saw(ev.t_end)
+            case LoopLag():
+                self.loop_lags.append(ev)
+                self._saw(ev.t)
+            case CallSamples():
+                self.call_samples.add(ev)
+                if ev.samples:
+                    self._saw(ev.samples[-1][1])
             case TargetInfo():
                 self.target = self._merge_target(ev)
             case TargetExited():
@@ -211,6 +244,16 @@ class Session:
             for sp in self.spans:
                 self._span_ms.setdefault(sp.stage, []).append((sp.t_end - sp.t_start) * 1000.0)
             self._span_ms_sorted = False
+        # pauses: summed; call samples: dropped (the tail view is of the calls kept)
+        old_gc = [p for p in self.gc_pauses if p.t_end < before]
+        if old_gc:
+            self.pause_fold.add_gc(old_gc)
+            self.gc_pauses = [p for p in self.gc_pauses if p.t_end >= before]
+        old_lags = [x for x in self.loop_lags if x.t < before]
+        if old_lags:
+            self.pause_fold.add_lags(old_lags)
+            self.loop_lags = [x for x in self.loop_lags if x.t >= before]
+        self.call_samples.drop_before(before)
         # op windows (ordered by end)
         n = bisect.bisect_left(self._op_ends, before)
         if n:

@@ -5,6 +5,7 @@ Built off the UI thread (live ingest worker, replay, report), then handed to vie
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -18,6 +19,7 @@ from infertop.analysis.ops import (
     gpu_work,
     ops_table,
 )
+from infertop.analysis.pauses import PauseSummary
 from infertop.analysis.processes.shares import exit_times
 from infertop.analysis.processes.view import (
     ProcessFilter,
@@ -26,8 +28,10 @@ from infertop.analysis.processes.view import (
     process_op_totals,
 )
 from infertop.analysis.session import Session
+from infertop.analysis.session_tails import session_pauses, session_tails
 from infertop.analysis.shares import StageShare, stage_shares
 from infertop.analysis.stages import IDLE
+from infertop.analysis.tail import StageTail
 from infertop.analysis.windows import WindowSummary, WindowTotals
 from infertop.model.events import (
     AllocatorReading,
@@ -105,6 +109,10 @@ class Snapshot:
     #: stage filter), for the differential flame; None: no base
     base: BaseShares | None = None
     base_path: str | None = None
+    #: GC pauses and event-loop lag up to t (the agent's); None parts: none seen
+    pauses: PauseSummary | None = None
+    #: each stage's tail (slow calls against typical ones): only when asked for (``tails``)
+    tails: tuple[StageTail, ...] = ()
 
     @property
     def duration_s(self) -> float:
@@ -205,6 +213,7 @@ def build_snapshot(
     process: int | None = None,
     view: str = "wall",
     shape: FlameShape | None = None,
+    tails: Mapping[str, float] | None = None,
 ) -> Snapshot:
     """The session at ``t`` (None: its newest moment; replay gives the playhead) as one
     immutable ``Snapshot``: stage shares of both views, the flame (of ``stage_filter`` only,
@@ -212,7 +221,9 @@ def build_snapshot(
     sparkline and the ``recent_s`` seconds the stage panel shows. ``process``: one process of a
     many-process session, its samples and its agent's ops only. ``view``: the stage panel's
     time ("wall" or "cpu"). ``shape``: how the flame and top frames draw stacks (default:
-    plumbing folded, line-level frames). ``recording``, ``recording_bytes``, ``replay``, ``notes``: what the
+    plumbing folded, line-level frames). ``tails``: compute each stage's tail, with these
+    slow thresholds (ms by stage; the p99 for the others); None: no tails (they cost a join of
+    samples to calls). ``recording``, ``recording_bytes``, ``replay``, ``notes``: what the
     status line shows, passed through."""
     caches = caches or SnapshotCaches()
     windows = session.windows_between(None, t)
@@ -333,4 +344,6 @@ def build_snapshot(
         cpu_totals=tuple(cpu_totals),
         wall_measured=wall_measured,
         shape=shape,
+        pauses=session_pauses(session, t, duration),
+        tails=session_tails(session, t, tails) if tails is not None else (),
     )

@@ -70,7 +70,11 @@ class AgentAttach:
     def _run(self) -> None:
         from infertop.agent.inject import inject  # here: the injector is not start-up's
 
-        res = inject(self.pid, timeout=self.inject_timeout)
+        # without torch the agent still times the stage functions the rules name, and says
+        # what paused the process (GC, event-loop lag): with rules, a torch-less target gets it
+        res = inject(
+            self.pid, timeout=self.inject_timeout, require_torch=not self.config.stage_functions
+        )
         self.result = res
         if not res.ok or not res.socket_path:
             self._status("unavailable", res.reason or "the agent could not be started")

@@ -3,7 +3,8 @@
 Speaks docs/agent-protocol.md over the agent's Unix socket, on its own thread: connect, hello,
 configure, start, then read pushed messages until ``stop`` (which sends ``detach``). Messages
 become events: ``window`` → ``OpWindow``, ``spans`` → ``StageSpan``, ``allocator`` →
-``AllocatorReading``, ``hello`` → a ``TargetInfo`` that adds the torch version, ``status`` and
+``AllocatorReading``, ``pauses`` → ``GcPause`` / ``LoopLag``, ``samples`` → ``RawCallSamples``
+(interned by the session into ``CallSamples``), ``hello`` → a ``TargetInfo`` that adds the torch version, ``status`` and
 every failure → ``CollectorStatus(collector="agent")``. Nothing here raises out of ``poll``.
 """
 
@@ -21,7 +22,16 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from infertop.collect.base import drain
-from infertop.model.events import CollectorStatus, Event, OpWindow, StageSpan, TargetInfo
+from infertop.model.events import (
+    CollectorStatus,
+    Event,
+    Frame,
+    GcPause,
+    LoopLag,
+    OpWindow,
+    StageSpan,
+    TargetInfo,
+)
 from infertop.model.fields import decode_allocator, decode_op_window
 from infertop.model.numbers import real, whole
 
@@ -44,6 +54,9 @@ class AgentConfig:
     record_shapes: bool = False
     max_events: int = 20_000  # a window is cut short (``truncated``) past this many events
     stage_functions: tuple[tuple[str, str], ...] = ()  # (stage, pattern), timed by the agent
+    #: stacks a second of the threads inside stage calls (tail attribution); 0: none
+    call_sample_hz: float = 100.0
+    pauses: bool = True  # garbage-collection pauses and asyncio event-loop lag
 
     def message(self) -> dict[str, Any]:
         return {
@@ -54,6 +67,8 @@ class AgentConfig:
             "record_shapes": self.record_shapes,
             "max_events": self.max_events,
             "stage_functions": [[s, p] for s, p in self.stage_functions],
+            "call_sample_hz": self.call_sample_hz,
+            "pauses": self.pauses,
         }
 
 
@@ -139,6 +154,39 @@ class FrameReader:
 
 
 # -- messages → events ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RawCallSamples:
+    """The agent's call samples before interning: (thread id, unix time, stack root first)."""
+
+    rate_hz: float
+    samples: tuple[tuple[int, float, tuple[Frame, ...]], ...]
+    gil_waits: tuple[tuple[float, float], ...] = ()
+    pid: int = 0
+
+
+def _call_samples(msg: dict[str, Any]) -> RawCallSamples:
+    """A ``samples`` message: its frame and stack tables are its own (ids local to it)."""
+    names = [(str(name), str(file)) for name, file in msg["frames"]]
+    stacks = []
+    for flat in msg["stacks"]:
+        if not isinstance(flat, list) or len(flat) % 2:
+            raise ValueError("a call-sample stack is not [frame, line, ...]")
+        stacks.append(
+            tuple(Frame(*names[whole(flat[i])], whole(flat[i + 1])) for i in range(0, len(flat), 2))
+        )
+    rows = tuple((whole(r[0]), real(r[1]), stacks[whole(r[2])]) for r in msg["samples"])
+    waits = tuple((real(w[0]), real(w[1])) for w in msg.get("gil_waits", ()))
+    return RawCallSamples(real(msg["rate_hz"]), rows, waits)
+
+
+def _pauses(msg: dict[str, Any]) -> list[Event]:
+    out: list[Event] = [
+        GcPause(real(g[1]), real(g[2]), int(g[3]), whole(g[4]), whole(g[0])) for g in msg["gc"]
+    ]
+    out += [LoopLag(real(r[1]), real(r[2]), whole(r[0])) for r in msg["loop_lag"]]
+    return out
+
+
 def _op_time(o: Any) -> list[Any] | None:
     return None if o is None else [o["ops"], o["in_ops_us"], o["wall_us"]]
 
@@ -162,6 +210,10 @@ def convert(msg: dict[str, Any]) -> list[Event]:
             raise ValueError("spans is not a list")
         # bounded like a recording's numbers: a span the reader would call damage never gets in
         return [StageSpan(whole(r[0]), str(r[1]), real(r[2]), real(r[3])) for r in spans]
+    if kind == "pauses":
+        return _pauses(msg)
+    if kind == "samples":
+        return [_call_samples(msg)]  # type: ignore[list-item]
     if kind == "allocator":
         keys = ("t", "device", "allocated", "reserved", "peak_allocated", "alloc_retries", "ooms")
         return [decode_allocator([msg[k] for k in keys])]

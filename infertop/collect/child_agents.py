@@ -19,12 +19,14 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from infertop.collect.agent_attach import AgentAttach
-from infertop.collect.agent_client import AgentConfig
+from infertop.collect.agent_client import AgentConfig, RawCallSamples
 from infertop.collect.tree import descendants, gone
 from infertop.model.events import (
     AllocatorReading,
     CollectorStatus,
     Event,
+    GcPause,
+    LoopLag,
     OpWindow,
     StageSpan,
 )
@@ -115,7 +117,7 @@ class ChildAgents:
     # -- events -----------------------------------------------------------------------------
     def _tag(self, pid: int, ev: Event) -> Event | None:
         """An event of the agent in ``pid``, as the session should see it."""
-        if isinstance(ev, (OpWindow, AllocatorReading)):
+        if isinstance(ev, (OpWindow, AllocatorReading, GcPause, LoopLag, RawCallSamples)):
             return replace(ev, pid=pid)
         if isinstance(ev, StageSpan):
             return ev  # thread ids name their process

@@ -32,6 +32,18 @@ def add_config_flags(p: argparse.ArgumentParser) -> None:
     """``--stage`` and ``--config`` of the commands that read a file (no help of their own)."""
     p.add_argument("--stage", action="append", default=[], metavar="NAME=PATTERN")
     p.add_argument("--config", metavar="FILE")
+    add_slow_flag(p)
+
+
+def add_slow_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--slow",
+        action="append",
+        default=[],
+        metavar="STAGE=MS",
+        help="the tail view's slow calls of STAGE: those of MS or more (default: its p99), "
+        "repeatable, e.g. --slow preprocess=40",
+    )
 
 
 def add_record_flag(p: argparse.ArgumentParser) -> None:
@@ -57,6 +69,7 @@ def add_collect_flags(p: argparse.ArgumentParser, defaults: AgentConfig | None) 
     p.add_argument(
         "--config", metavar="FILE", help="TOML config with [collect], [stages] and [findings]"
     )
+    add_slow_flag(p)
     p.add_argument(
         "--inject",
         action="store_true",
@@ -84,6 +97,14 @@ def add_collect_flags(p: argparse.ArgumentParser, defaults: AgentConfig | None) 
     p.add_argument(
         "--record-shapes", action="store_true", help="agent: record input shapes (costs more)"
     )
+    hz = f"{defaults.call_sample_hz:g}" if defaults else "the agent's"
+    p.add_argument(
+        "--call-samples",
+        type=float,
+        metavar="HZ",
+        help=f"agent: stacks a second of the threads inside stage calls, which tie stacks to "
+        f"calls for the tail view (default {hz}; 0: off)",
+    )
     p.add_argument(
         "--children",
         action="store_true",
@@ -93,15 +114,17 @@ def add_collect_flags(p: argparse.ArgumentParser, defaults: AgentConfig | None) 
 
 
 # -- running ------------------------------------------------------------------------------
-def load_cfg(config: str | None, stages: Sequence[str], rate: float | None = None) -> Config:
-    """The config file (or the defaults), the ``--stage`` rules and, for the commands that
-    collect, ``--rate``."""
+def load_cfg(
+    config: str | None, stages: Sequence[str], rate: float | None = None, slow: Sequence[str] = ()
+) -> Config:
+    """The config file (or the defaults), the ``--stage`` rules, the ``--slow`` thresholds and,
+    for the commands that collect, ``--rate``."""
     # imported here: dataclasses and the config module (TOML) would cost every command start-up
     from dataclasses import replace
 
     from infertop.config import load_config
 
-    cfg = load_config(config).with_stage_args(list(stages))
+    cfg = load_config(config).with_stage_args(list(stages)).with_slow_args(list(slow))
     if rate is not None:
         if not 1 <= rate <= 1000:
             raise UsageError(

@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.fail_above is not None and not args.fail_above >= 0:
         raise UsageError(f"--fail-above {args.fail_above:g} must be a percentage >= 0")
-    cfg = load_cfg(args.config, args.stage)
+    cfg = load_cfg(args.config, args.stage, slow=args.slow)
     base, new = load_profile(args.base, cfg), load_profile(args.new, cfg)
     res = compare(base, new, args.fail_above)
     if args.flame:

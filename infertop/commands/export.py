@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     # imported here: the exporters load only when one runs
     from infertop.export.run import export
 
-    res = export(args.file, args.format, args.output, load_cfg(args.config, args.stage))
+    res = export(args.file, args.format, args.output, load_cfg(args.config, args.stage, slow=args.slow))
     if res.warning:
         print(f"infertop: warning: {res.warning}", file=sys.stderr)
     print(f"infertop: wrote {res.output} ({res.events:,} events, {args.format})", file=sys.stderr)

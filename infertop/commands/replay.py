@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     from infertop.analysis.base_profile import BaseProfile
     from infertop.tui.app import create_app
 
-    cfg = load_cfg(args.config, args.stage)
+    cfg = load_cfg(args.config, args.stage, slow=args.slow)
     src = ReplaySource(rec, cfg)
     base = None
     title = f"infertop — replay {os.path.basename(args.file)}"

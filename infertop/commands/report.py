@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
         from infertop.report.trace import build_ranks_report, build_trace_report, render_trace_text
 
         data = prefetch.take() if prefetch is not None else None
-        cfg = load_cfg(args.config, args.stage)
+        cfg = load_cfg(args.config, args.stage, slow=args.slow)
         ranks = build_ranks_report(args.file, cfg)  # None: not a directory of ranks
         rep = ranks if ranks is not None else build_trace_report(args.file, cfg.findings, data)
         if args.format == "json":
@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     rec = read_recording(args.file)
     if rec.warning:
         print(f"infertop: warning: {rec.warning}", file=sys.stderr)
-    cfg = load_cfg(args.config, args.stage)
+    cfg = load_cfg(args.config, args.stage, slow=args.slow)
     rep = recording_report(rec, cfg, path=args.file).report
     if args.format == "json":
         sys.stdout.write(json.dumps(rep, indent=2) + "\n")

@@ -29,11 +29,13 @@ class CollectOptions:
 
     config: str | None = None
     stages: tuple[str, ...] = ()
+    slow: tuple[str, ...] = ()  # --slow STAGE=MS
     rate: float | None = None  # py-spy's Hz; None: the config's
     inject: bool = True  # False: --no-inject
     profile_window: float | None = None  # None: the agent's default
     profile_period: float | None = None
     record_shapes: bool = False
+    call_samples: float | None = None  # None: the agent's default
     children: bool = False
 
     @classmethod
@@ -42,16 +44,18 @@ class CollectOptions:
         return cls(
             config=args.config,
             stages=tuple(args.stage),
+            slow=tuple(args.slow),
             rate=args.rate,
             inject=not args.no_inject,
             profile_window=args.profile_window,
             profile_period=args.profile_period,
             record_shapes=args.record_shapes,
+            call_samples=args.call_samples,
             children=args.children,
         )
 
     def load_config(self) -> Config:
-        return load_cfg(self.config, self.stages, self.rate)
+        return load_cfg(self.config, self.stages, self.rate, self.slow)
 
 
 def build_collectors(
@@ -93,6 +97,10 @@ def build_collectors(
         agent = replace(agent, period_s=period)
     if opts.record_shapes:
         agent = replace(agent, record_shapes=True)
+    if opts.call_samples is not None:
+        if not 0 <= opts.call_samples <= 1000:
+            raise UsageError(f"--call-samples {opts.call_samples:g} is out of range", "use 0..1000 Hz")
+        agent = replace(agent, call_sample_hz=opts.call_samples)
     collectors.append(AgentAttach(target.pid, agent, target))
     if children or others:
         # imported here: only sessions of several processes need it

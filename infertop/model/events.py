@@ -251,6 +251,44 @@ class AllocatorReading:
     pid: int = 0  # the process (1.4), as ``OpWindow.pid``
 
 
+@dataclass(frozen=True, slots=True)
+class GcPause:
+    """One garbage collection in the target, timed by the agent (``gc.callbacks``): on thread
+    ``tid`` over [t_start, t_end] (unix s), of ``generation`` (0-2), freeing ``collected``."""
+
+    t_start: float
+    t_end: float
+    generation: int
+    collected: int
+    tid: int
+    pid: int = 0  # the process, as ``OpWindow.pid``
+
+
+@dataclass(frozen=True, slots=True)
+class LoopLag:
+    """One heartbeat on a running asyncio event loop (the loop's thread ``tid``): scheduled at
+    ``t`` (unix s), it ran ``lag_s`` later."""
+
+    t: float
+    lag_s: float
+    tid: int
+    pid: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class CallSamples:
+    """Stacks of the threads inside stage calls, each with its time (the agent's call sampler,
+    ``rate_hz`` a second): ``samples`` holds (thread id, unix time, stack id), in time order.
+    Joined to the stage spans, they say where a given call spent its time (tail attribution)."""
+
+    rate_hz: float
+    samples: tuple[tuple[int, float, int], ...]
+    #: [t_start, t_end] (unix s) when the sampler's thread was kept from running for at least
+    #: the agent's GIL_LATE_S past its wake-up: the GIL held (a C call keeping it), or no CPU
+    gil_waits: tuple[tuple[float, float], ...] = ()
+    pid: int = 0
+
+
 Event = Union[
     TargetInfo,
     FrameDef,
@@ -266,4 +304,7 @@ Event = Union[
     OpWindow,
     AllocatorReading,
     GpuReading,
+    GcPause,
+    LoopLag,
+    CallSamples,
 ]

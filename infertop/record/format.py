@@ -1,4 +1,4 @@
-"""The ``.infertop`` recording format, version 1.5 (documented in docs/recording-format.md).
+"""The ``.infertop`` recording format, version 1.6 (documented in docs/recording-format.md).
 
     file    = header record*
     header  = b"INFERTOP" u16 major u16 minor          (big-endian)
@@ -17,10 +17,13 @@ from typing import Any
 
 from infertop.model.events import (
     AllocatorReading,
+    CallSamples,
     CollectorStatus,
     Event,
     Frame,
     FrameDef,
+    GcPause,
+    LoopLag,
     Marker,
     OpWindow,
     ProcessDef,
@@ -36,10 +39,11 @@ from infertop.model.fields import as_str, decode_allocator, decode_op_window
 from infertop.model.gpu import GpuReading
 from infertop.model.numbers import real, whole
 from infertop.record.gpu_format import GPU, decode_gpu_reading, encode_gpu_reading
+from infertop.record.pause_format import CALL_SAMPLES, GC, LOOP_LAG, decode_pause, encode_pause
 
 MAGIC = b"INFERTOP"
 MAJOR = 1
-MINOR = 5
+MINOR = 6
 HEADER = struct.Struct(">8sHH")
 RECORD = struct.Struct(">II")
 MAX_RECORD = 256 * 1024 * 1024
@@ -50,6 +54,7 @@ OPS, ALLOCATOR = 11, 12  # added in 1.1
 PROCESS = 14  # added in 1.3 (--children), with code 4's trailing pid
 # 1.4: codes 11 and 12 gain a trailing pid (the process; written only when not the target)
 # 1.5: code 5 gains a trailing 1 for a wall window (py-spy --idle: idle samples included)
+# 1.6: codes 15-17, GC pauses, event-loop lag and call samples: infertop/record/pause_format.py
 
 
 def encode_event(ev: Event) -> list[Any]:
@@ -85,6 +90,8 @@ def encode_event(ev: Event) -> list[Any]:
                     ev.alloc_retries, ev.ooms] + ([ev.pid] if ev.pid else [])  # fmt: skip
         case GpuReading():
             return encode_gpu_reading(ev)
+        case GcPause() | LoopLag() | CallSamples():
+            return encode_pause(ev)
     raise TypeError(f"cannot encode {type(ev).__name__}")
 
 
@@ -138,6 +145,8 @@ def decode_event(raw: Any) -> Event | None:
         return decode_allocator(f)
     if code == GPU:
         return decode_gpu_reading(f)
+    if code in (GC, LOOP_LAG, CALL_SAMPLES):
+        return decode_pause(code, f)
     return None
 
 

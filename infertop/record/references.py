@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from infertop.model.events import Event, FrameDef, SampleWindow, StackDef
+from infertop.model.events import CallSamples, Event, FrameDef, SampleWindow, StackDef
 
 
 class References:
@@ -24,6 +24,10 @@ class References:
                 for _tid, sid, _n in ev.counts:
                     if not 0 <= sid < self.stacks:
                         raise ValueError(f"a sample names undefined stack {sid}")
+            elif isinstance(ev, CallSamples):
+                for _tid, _t, sid in ev.samples:
+                    if not 0 <= sid < self.stacks:
+                        raise ValueError(f"a call sample names undefined stack {sid}")
             elif isinstance(ev, FrameDef):
                 if ev.frame_id > self.frames or ev.frame_id < 0:
                     raise ValueError(f"frame {ev.frame_id} defined out of order")

@@ -10,6 +10,7 @@ from infertop.analysis.session_findings import snapshot_input
 from infertop.analysis.snapshot import Snapshot
 from infertop.analysis.stages import IDLE
 from infertop.config import FindingThresholds
+from infertop.report.pauses import gc_dict, loop_dict, tail_dict
 from infertop.report.schema import REPORT_VERSION, TOP_OPS
 
 
@@ -22,6 +23,7 @@ def build_report(
 ) -> dict[str, Any]:
     stages = []
     idle = None
+    tails = {t.stage: t for t in snap.tails}
     wall = snap.wall_totals or snap.totals
     cpu = {st.name: st for st in snap.cpu_totals or snap.totals}
     by_name = {st.name: st for st in wall}
@@ -51,6 +53,7 @@ def build_report(
                     "p95": _r(timed.latency_ms.p95, 3),
                     "p99": _r(timed.latency_ms.p99, 3),
                 },
+                "tail": tail_dict(tails[name]) if name in tails else None,
             }
         )
     nvml = next((s for s in snap.statuses if s.collector == "nvml"), None)
@@ -60,7 +63,12 @@ def build_report(
     reason = None if gpu_available else (nvml.message if nvml else "no GPU readings were collected")
     return {
         "infertop_report": REPORT_VERSION,
-        "source": {"kind": source_kind, "path": path},
+        "source": {
+            "kind": source_kind,
+            "path": path,
+            # the wall-clock time of the first event, to place an incident against other clocks
+            "start_time": _r(snap.t_first, 6) if snap.t_first else None,
+        },
         "target": {
             "pid": snap.target.pid,
             "cmdline": snap.target.cmdline,
@@ -97,6 +105,8 @@ def build_report(
             "truncated": snap.op_truncated,
         },
         "gpu": {"available": gpu_available, "reason": reason, **_gpu(snap)},
+        "gc": gc_dict(snap.pauses.gc if snap.pauses else None),
+        "event_loop": loop_dict(snap.pauses.event_loop if snap.pauses else None),
         "findings": [f.as_dict() for f in evaluate(snapshot_input(snap), thresholds)],
         "target_exited": snap.exited is not None,
         "warnings": list(snap.notes),

@@ -32,7 +32,9 @@ def recording_report(
     and its findings (``diff`` compares the whole-session findings only)."""
     src = ReplaySource(rec, cfg)
     shape = FlameShape(patterns=cfg.fold_frames)  # top frames with the config's plumbing folded
-    snap = build_snapshot(src.session, t=src.t, notes=src.notes, shape=shape)
+    snap = build_snapshot(
+        src.session, t=src.t, notes=src.notes, shape=shape, tails=dict(cfg.slow_ms)
+    )
     rep = build_report(snap, kind, path if path is not None else rec.path, cfg.findings)
     if processes:
         add_processes(rep, src.session, src.t, cfg.findings)  # None: one process

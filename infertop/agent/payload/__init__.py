@@ -22,8 +22,10 @@ The parts, in order:
 - ``kineto``: ``_KinetoEvent`` objects to event tuples; keeping libkineto's lines off stderr;
 - ``window``: the target's torch and one all-threads profiler window;
 - ``stages``: ``stage_functions`` patterns and the ``sys.monitoring`` timer (Python >= 3.12);
-- ``memory``, ``spans``, ``profiling``, ``serve``: the agent's mixins, one concern each (CUDA
-  allocator statistics; stage spans; duty-cycled profiler windows; the socket and commands);
+- ``memory``, ``spans``, ``pauses``, ``callsamples``, ``profiling``, ``serve``: the agent's
+  mixins, one concern each (CUDA allocator statistics; stage spans; GC pauses and event-loop
+  lag; stacks of the threads inside stage calls; duty-cycled profiler windows; the socket and
+  commands);
 - ``agent``: ``_Agent`` itself (its thread, life cycle, sessions);
 - ``start``: ``_infertop_agent_start``, what the joined text calls.
 
@@ -34,7 +36,9 @@ What the agent does, on one daemon thread named ``infertop-agent``:
 - while started: duty-cycled ``torch.profiler`` windows over all threads, reduced in place to
   op paths / kernels / copies / syncs / annotations (``reduce_events``, a pure function);
   ``infertop.stage`` spans and, on Python >= 3.12, ``sys.monitoring`` timings of functions named
-  by ``stage_functions``; CUDA caching-allocator statistics each second;
+  by ``stage_functions``; CUDA caching-allocator statistics each second; every garbage
+  collection's pause and each running asyncio loop's lag; the stacks of threads inside stage
+  calls, ``call_sample_hz`` times a second;
 - on ``detach`` or disconnect: stops everything within a second; an injected agent then removes
   its socket, its registry entry and its thread, an armed one waits for the next client.
 """
@@ -106,6 +110,8 @@ PARTS = (
     "stages",
     "memory",
     "spans",
+    "pauses",
+    "callsamples",
     "profiling",
     "serve",
     "agent",

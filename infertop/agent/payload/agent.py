@@ -9,6 +9,8 @@ import sys
 import threading
 import time
 
+from infertop.agent.payload.callsamples import _CallSamplerMixin
+
 # -- imported as a module (payload_source leaves these lines out) --
 from infertop.agent.payload.constants import (
     ALLOCATOR_EVERY_S,
@@ -18,6 +20,7 @@ from infertop.agent.payload.constants import (
     THREAD_NAME,
 )
 from infertop.agent.payload.memory import _MemoryMixin
+from infertop.agent.payload.pauses import _PausesMixin
 from infertop.agent.payload.profiling import _ProfilingMixin
 from infertop.agent.payload.serve import _ServingMixin
 from infertop.agent.payload.spans import _SpansMixin
@@ -34,7 +37,9 @@ def _registered_agent():
     return None
 
 
-class _Agent(_ServingMixin, _ProfilingMixin, _SpansMixin, _MemoryMixin):
+class _Agent(
+    _ServingMixin, _ProfilingMixin, _SpansMixin, _PausesMixin, _CallSamplerMixin, _MemoryMixin
+):
     def __init__(self, mode, idle_exit_s=20.0):
         self.mode = mode  # "injected" or "armed"
         self.idle_exit_s = idle_exit_s
@@ -45,6 +50,8 @@ class _Agent(_ServingMixin, _ProfilingMixin, _SpansMixin, _MemoryMixin):
         self._init_serving()
         self._init_profiling()
         self._init_spans()
+        self._init_pauses()
+        self._init_call_samples()
         self._init_memory()
         self.clock_offset_ns = time.time_ns() - time.perf_counter_ns()
         self.lock = threading.Lock()
@@ -164,8 +171,12 @@ class _Agent(_ServingMixin, _ProfilingMixin, _SpansMixin, _MemoryMixin):
         elif self.started and self.next_window:
             wake = min(wake, self.next_window)
         if self.started:
-            wake = min(wake, self.next_span_flush, self.next_allocator)
+            wake = min(
+                wake, self.next_span_flush, self.next_allocator, self.next_call_sample,
+                self._pauses_due(),
+            )  # fmt: skip
         fds = self._wait_for_io(max(0, int((wake - now) * 1000)))
+        self._note_wake(wake, fds)
         if self.client is not None and self.client.fileno() in fds:
             self._read_client()  # first: a client that just left makes room for the next
         if self.listener is not None and self.listener.fileno() in fds:
@@ -183,6 +194,8 @@ class _Agent(_ServingMixin, _ProfilingMixin, _SpansMixin, _MemoryMixin):
             return
         if self.window is None and now >= self.next_window:
             self._begin_window()
+        self._tick_call_samples(now)
+        self._tick_pauses(now)
         if now >= self.next_span_flush:
             self.next_span_flush = now + SPAN_FLUSH_S
             self._flush_spans()
@@ -243,6 +256,9 @@ class _Agent(_ServingMixin, _ProfilingMixin, _SpansMixin, _MemoryMixin):
         self._install_sink()
         if self.stage_codes and self.monitor is None:
             self._start_monitor()
+        self._start_pauses()
+        if first:
+            self._start_call_samples()
         if self.config["stage_functions"] and not _Monitor.available():
             self._status_once(
                 "monitoring", "off", "stage_functions need Python >= 3.12 (sys.monitoring)"

@@ -15,6 +15,9 @@ DEFAULT_CONFIG = {
     "record_shapes": False,
     "max_events": 20000,
     "stage_functions": [],
+    # stacks of the threads inside stage calls, per second (tail attribution; 0: off)
+    "call_sample_hz": 100.0,
+    "pauses": True,  # garbage collections and asyncio event-loop lag
 }
 #: Never stop a window sooner than this after its start: with profile_all_threads, torch 2.13
 #: corrupted the heap / segfaulted within a few hundred windows stopped 0-5 ms after their
@@ -28,7 +31,8 @@ WINDOW_SLOWDOWN = 0.3  # assumed slowdown of the target while a window records
 LIMITS = {
     "window_s": (MIN_WINDOW_S, 10.0),
     "period_s": (0.1, 3600.0),
-    "max_events": (1000, 100000),  # a window's stop cost grows with its events (~5 µs each)
+    "max_events": (1000, 100000),
+    "call_sample_hz": (0.0, 1000.0),  # a window's stop cost grows with its events (~5 µs each)
 }
 #: The first window after start also measures the event rate (a window's cost grows with its
 #: event count, so later windows are shortened to stay under max_events).
@@ -53,3 +57,19 @@ C10_QUIET_LEVEL = 2  # c10's LOG threshold while a window stops: errors only (IN
 #: 1,700 windows of 0.3 s); with the callbacks removed first and this pause, none in 3,900
 #: (tests/agent/stress_profiler_stop.py, docs/agent-protocol.md).
 STOP_GRACE_S = 0.03
+#: GC pauses and event-loop heartbeats buffered between flushes (a flush every SPAN_FLUSH_S)
+MAX_PAUSES_BUFFERED = 50000
+#: a heartbeat is scheduled on each running event loop this often; its lateness is the lag
+LOOP_HEARTBEAT_S = 0.1
+#: how often the agent looks for running event loops (the frames of the threads: cheap)
+LOOP_SCAN_S = 5.0
+MAX_LOOPS = 16
+#: call samples buffered between flushes, and the deepest stack taken (innermost kept)
+MAX_CALL_SAMPLES_BUFFERED = 20000
+MAX_SAMPLE_DEPTH = 256
+#: a thread that ended an annotated span (infertop.stage) this recently is still sampled: the
+#: agent knows an annotation only when it ends, so its calls are joined to samples afterwards
+SPAN_THREAD_KEEP_S = 5.0
+#: the agent's thread woke this much later than it asked to (its poll timed out): it waited
+#: for the GIL (held by a C call that keeps it) or for a CPU; 2x the 5 ms switch interval
+GIL_LATE_S = 0.010

@@ -245,6 +245,16 @@ class _ServingMixin:
                 raise ValueError("max_events must be an integer")
             lo, hi = LIMITS["max_events"]
             new["max_events"] = int(min(max(value, lo), hi))
+        if "call_sample_hz" in msg:
+            value = msg["call_sample_hz"]
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+                raise ValueError("call_sample_hz must be a number")
+            lo, hi = LIMITS["call_sample_hz"]
+            new["call_sample_hz"] = float(min(max(value, lo), hi))
+        if "pauses" in msg:
+            if not isinstance(msg["pauses"], bool):
+                raise ValueError("pauses must be true or false")
+            new["pauses"] = msg["pauses"]
         if "record_shapes" in msg:
             if not isinstance(msg["record_shapes"], bool):
                 raise ValueError("record_shapes must be true or false")

@@ -27,7 +27,9 @@ class _SpansMixin:
         self.stage_codes = {}
 
     def _span_sink(self, thread_id, name, start_ns, end_ns):
-        self.spans.append((threading.get_native_id(), name, start_ns, end_ns))
+        native = threading.get_native_id()
+        self.spans.append((native, name, start_ns, end_ns))
+        self._note_span_thread(thread_id, native)
 
     def _push_span(self, tid, stage, start_ns, end_ns):
         self.spans.append((tid, stage, start_ns, end_ns))
@@ -82,13 +84,18 @@ class _SpansMixin:
         self._remove_sink()
         self._stop_monitor()
         self.spans.clear()
+        self._stop_pauses()
+        self._stop_call_samples()
 
     def _flush_spans(self):
+        """Spans, and the pauses and call samples taken since the last flush."""
         if self.sink_module is None:
             self._install_sink()  # infertop.annotate may have been imported since
+        offset = time.time_ns() - time.perf_counter_ns()
+        self._flush_pauses(offset)
+        self._flush_call_samples(offset)
         if not self.spans:
             return
-        offset = time.time_ns() - time.perf_counter_ns()
         batch = []
         popleft = self.spans.popleft
         while len(batch) < 20000:

@@ -87,6 +87,7 @@ class _Monitor:
         self.push = push  # push(native_tid, stage, start_ns, end_ns)
         self.tool = None
         self.stacks = {}
+        self.natives = {}  # ident -> native thread id, for the call sampler
 
     @staticmethod
     def available():
@@ -140,6 +141,7 @@ class _Monitor:
             stack = self.stacks.get(ident)
             if stack is None:
                 stack = self.stacks[ident] = []
+                self.natives[ident] = threading.get_native_id()
             if len(stack) < 256:
                 stack.append((code, time.perf_counter_ns()))
         except Exception:

@@ -1,0 +1,57 @@
+"""A session's tails and pauses at a moment: the inputs of ``tail.stage_tail`` and
+``pauses.summarize_pauses`` read off a ``Session`` (a snapshot's ``tails`` and ``pauses``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from infertop.analysis.pauses import PauseSummary, summarize_pauses
+from infertop.analysis.session import Session
+from infertop.analysis.tail import IntervalSet, StageTail, TailInputs, stage_tail
+
+
+def session_pauses(session: Session, t: float | None, duration_s: float) -> PauseSummary:
+    gc = session.gc_pauses if t is None else [p for p in session.gc_pauses if p.t_end <= t]
+    lags = session.loop_lags if t is None else [x for x in session.loop_lags if x.t <= t]
+    return summarize_pauses(gc, lags, session.pause_fold, duration_s, session.spans_between(None, t))
+
+
+def session_tails(
+    session: Session, t: float | None, slow: Mapping[str, float] | None = None
+) -> tuple[StageTail, ...]:
+    """The tail of every stage with calls up to ``t``; ``slow``: thresholds (ms) by stage that
+    replace the p99 (``--slow STAGE=MS``)."""
+    spans = session.spans_between(None, t)
+    if not spans:
+        return ()
+    slow = slow or {}
+    gc: dict[int, list[tuple[float, float]]] = {}
+    for p in session.gc_pauses:
+        if t is None or p.t_end <= t:
+            gc.setdefault(p.pid, []).append((p.t_start, p.t_end))
+    prof: dict[int, list[tuple[float, float]]] = {}
+    for w in session.op_windows_between(None, t):
+        if w.source == "agent":
+            prof.setdefault(w.pid, []).append((w.t_start, w.t_end))
+    target = session.target.pid or 0
+
+    def pid_of(tid: int) -> int:
+        pid = session.thread_pid.get(tid, 0)
+        return 0 if pid == target else pid
+
+    inputs = TailInputs(
+        samples=session.call_samples,
+        frames_of=session.symbols.stack_frames,
+        stage_of=session.stage_of,
+        pid_of=pid_of,
+        gc={pid: IntervalSet(iv) for pid, iv in gc.items()},
+        profiler={pid: IntervalSet(iv) for pid, iv in prof.items()},
+        sampled=session.call_samples.n > 0,
+    )
+    names = sorted({sp.stage for sp in spans})
+    out = []
+    for name in names:
+        tail = stage_tail(name, spans, inputs, slow.get(name))
+        if tail is not None:
+            out.append(tail)
+    return tuple(out)

@@ -1,0 +1,103 @@
+"""A target without torch for the pause and call-sample tests (any Python >= 3.8; not a test).
+
+The main thread calls ``encode_batch`` (~5 ms) about 60 times a second; one call in
+``--rare-every`` takes a slow path (``rare_slow_path``, ~40 ms). Every ``--gc-every`` seconds it
+runs a full collection over a heap of cycles (a pause of some milliseconds). A second thread runs
+an asyncio event loop whose one callback blocks it for ``--block-ms`` once a second. Writes
+``--status`` every 0.1 s as JSON: iterations, the full collections it ran, whether any
+``gc.callbacks`` are installed, and the thread ids, so tests can check what the agent saw and
+that detach left nothing behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import os
+import signal
+import threading
+import time
+
+
+def rare_slow_path(items):
+    time.sleep(0.04)
+    return [str(i) * 2 for i in items]
+
+
+def common_path(items):
+    time.sleep(0.005)
+    return [str(i) for i in items]
+
+
+def encode_batch(items, n, rare_every):
+    if rare_every and n % rare_every == rare_every - 1:
+        return rare_slow_path(items)
+    return common_path(items)
+
+
+class Node:
+    def __init__(self):
+        self.other = self  # a cycle: only the collector frees it
+
+
+def run_loop(block_ms, ready):
+    loop = asyncio.new_event_loop()
+
+    def block():
+        time.sleep(block_ms / 1000.0)  # a callback that hogs the loop
+        loop.call_later(1.0, block)
+
+    async def main():
+        ready["tid"] = threading.get_native_id()
+        loop.call_later(1.0, block)
+        while True:
+            await asyncio.sleep(0.05)
+
+    loop.run_until_complete(main())
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--status", required=True)
+    ap.add_argument("--rare-every", type=int, default=50)
+    ap.add_argument("--gc-every", type=float, default=0.5)
+    ap.add_argument("--heap", type=int, default=200000, help="objects alive for the collector")
+    ap.add_argument("--block-ms", type=float, default=80.0)
+    args = ap.parse_args()
+    stopping = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
+    keep = [[i] for i in range(args.heap)]  # tracked objects: a full collection walks them
+    loop_thread = {}
+    if args.block_ms > 0:
+        threading.Thread(target=run_loop, args=(args.block_ms, loop_thread), daemon=True).start()
+    n = full = 0
+    last = next_gc = time.monotonic()
+    while not stopping:
+        encode_batch(range(8), n, args.rare_every)
+        n += 1
+        time.sleep(0.01)
+        now = time.monotonic()
+        if args.gc_every and now >= next_gc:
+            next_gc = now + args.gc_every
+            for _ in range(100):
+                Node()
+            gc.collect()
+            full += 1
+        if now - last >= 0.1:
+            last = now
+            status = {
+                "t": time.time(), "n": n, "full_collections": full, "heap": len(keep),
+                "gc_callbacks": len(gc.callbacks), "main_tid": threading.get_native_id(),
+                "loop_tid": loop_thread.get("tid"),
+            }  # fmt: skip
+            tmp = args.status + ".tmp"
+            with open(tmp, "w") as fh:
+                json.dump(status, fh)
+            os.replace(tmp, args.status)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
