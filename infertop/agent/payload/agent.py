@@ -1,5 +1,5 @@
 """The agent: its thread's loop, its life cycle and its sessions; the rest is in the mixins
-(``serve.py``, ``profiling.py``, ``spans.py``, ``memory.py``)."""
+(``serve.py``, ``profiling.py``, ``spans.py``, ``pauses.py``, ``callsamples.py``, ``memory.py``)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,8 @@ import sys
 import threading
 import time
 
-from infertop.agent.payload.callsamples import _CallSamplerMixin
-
 # -- imported as a module (payload_source leaves these lines out) --
+from infertop.agent.payload.callsamples import _CallSamplerMixin
 from infertop.agent.payload.constants import (
     ALLOCATOR_EVERY_S,
     DEFAULT_CONFIG,
