@@ -30,7 +30,7 @@ def test_report_of_a_directory_is_the_imported_recording_s_report(tmp_path: Path
     out = tmp_path / "ranks.infertop"
     assert run("import", str(d), "-o", str(out)).returncode == 0
     imported = json.loads(run("report", str(out), "--format", "json").stdout)
-    assert direct["source"] == {"kind": "kineto", "path": str(d)}
+    assert direct["source"] == {"kind": "kineto", "path": str(d), "start_time": imported["source"]["start_time"]}
     assert [r["rank"] for r in direct["ranks"]] == [0, 1, 2]  # each trace's own report, as before
     assert all(r["source"]["kind"] == "kineto" and r["ops"] for r in direct["ranks"])
     assert direct["import_notes"][0].startswith("3 ranks, one process each; ranks on one host")
