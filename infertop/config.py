@@ -198,6 +198,10 @@ class FindingThresholds:
     serialize_hot_share: float = 0.15
     queue_wait_share: float = 0.30
     gil_contention_share: float = 0.20
+    gc_pause_share: float = 0.05  # collections take ≥ 5 % of wall time ...
+    gc_long_pause_ms: float = 100.0  # ... or a pause this long ...
+    gc_long_pause_calls: float = 0.01  # ... lands in ≥ 1 % of stage calls
+    event_loop_lag_p99_ms: float = 50.0
     memory_pressure_reserved: float = 0.90
     fragmentation_share: float = 0.30
     fragmentation_min_bytes: int = 1 << 30

@@ -18,8 +18,9 @@ from infertop.config import FindingThresholds
 from infertop.model.rows import OpRow
 from infertop.trace.gpu import GpuSummary, quantile
 
-if TYPE_CHECKING:  # a type only: a trace report need not load the NVML series module
+if TYPE_CHECKING:  # types only: a trace report need not load the NVML series module
     from infertop.analysis.gpu_series import NvmlBusy
+    from infertop.analysis.pauses import GcSummary, LoopLagSummary
 
 COPY_OPS = ("aten::copy_", "aten::to", "aten::_to_copy", "aten::contiguous", "aten::clone")
 SYNC_OPS = ("aten::item", "aten::_local_scalar_dense")
@@ -77,6 +78,8 @@ class FindingInput:
     sync_sites: tuple[str, ...] = ()
     memory: MemoryState | None = None
     nvml: NvmlBusy | None = None  # NVML utilisation of the target's GPUs (no profiler needed)
+    gc: GcSummary | None = None  # the agent's GC pauses
+    event_loop: LoopLagSummary | None = None  # the agent's heartbeats on asyncio loops
 
 
 Rule = Callable[[FindingInput, FindingThresholds], "Finding | None"]
@@ -360,11 +363,60 @@ def gil_contention(inp: FindingInput, th: FindingThresholds) -> Finding | None:
     return Finding(
         "gil-contention",
         _severity(share, 0.35, 0.5),
-        f"{100 * share:.0f}% of active-thread samples are waiting for the GIL",
+        f"the GIL was held without a switch {100 * share:.0f}% of the time, in stretches of "
+        "10 ms or more (other Python threads could not run)",
         {"gil_wait_share": round(share, 4)},
         (),
         "move CPU-bound Python (tokenizers, JSON) to processes or GIL-releasing libraries; "
         "fewer Python threads competing with the model thread",
+    )
+
+
+@rule("gc-pauses")
+def gc_pauses(inp: FindingInput, th: FindingThresholds) -> Finding | None:
+    g = inp.gc
+    if g is None:
+        return None
+    hit = g.long_pause_calls or 0.0
+    long_pauses = g.max_ms >= th.gc_long_pause_ms and hit >= th.gc_long_pause_calls
+    if g.share < th.gc_pause_share and not long_pauses:
+        return None
+    full = dict(g.by_generation).get(2)
+    title = f"garbage collection takes {100 * g.share:.1f}% of wall time ({g.count} collections"
+    title += f", longest {g.max_ms:.0f} ms)"
+    if long_pauses:
+        title += f"; a pause of {th.gc_long_pause_ms:.0f} ms or more lands in {100 * hit:.1f}% of calls"
+    return Finding(
+        "gc-pauses",
+        "high" if long_pauses or g.share >= 0.15 else "medium",
+        title,
+        {"share": round(g.share, 4), "count": g.count, "max_ms": round(g.max_ms, 2),
+         "full_collections": full.count if full else 0,
+         "full_p99_ms": round(full.p99_ms, 2) if full else None,
+         "long_pause_calls": None if g.long_pause_calls is None else round(g.long_pause_calls, 4)},  # fmt: skip
+        (),
+        "call gc.freeze() after the model and caches are loaded (long-lived objects leave the "
+        "collector's heap), raise gc.set_threshold() for the young generation, avoid reference "
+        "cycles in per-request objects, or collect between requests (gc.collect() when idle)",
+    )
+
+
+@rule("event-loop-lag")
+def event_loop_lag(inp: FindingInput, th: FindingThresholds) -> Finding | None:
+    lag = inp.event_loop
+    if lag is None or lag.p99_ms < th.event_loop_lag_p99_ms:
+        return None
+    return Finding(
+        "event-loop-lag",
+        "high" if lag.p99_ms >= 4 * th.event_loop_lag_p99_ms else "medium",
+        f"the asyncio event loop runs callbacks late: p99 lag {lag.p99_ms:.0f} ms "
+        f"(max {lag.max_ms:.0f} ms)",
+        {"p50_ms": round(lag.p50_ms, 2), "p99_ms": round(lag.p99_ms, 2),
+         "max_ms": round(lag.max_ms, 2), "beats": lag.beats, "loops": lag.loops},  # fmt: skip
+        (),
+        "something blocks the loop: run CPU-bound or blocking calls (model forward, tokenizer, "
+        "file or socket I/O without await) in a thread or process pool "
+        "(loop.run_in_executor / asyncio.to_thread); every request on the loop waits for them",
     )
 
 

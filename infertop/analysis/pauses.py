@@ -109,6 +109,10 @@ class LoopLagSummary:
 class PauseSummary:
     gc: GcSummary | None
     event_loop: LoopLagSummary | None
+    #: the share of wall time the agent's thread was kept from running for GIL_LATE_S or more
+    #: at a stretch (the GIL held by a C call that keeps it, or no CPU): the busiest process's;
+    #: None: the call sampler did not run
+    gil_share: float | None = None
 
 
 def summarize_pauses(
@@ -117,8 +121,13 @@ def summarize_pauses(
     fold: PauseFold,
     duration_s: float,
     spans: Sequence[StageSpan] = (),
+    gil_waits_s: Sequence[float] | None = None,
 ) -> PauseSummary:
-    return PauseSummary(_gc_summary(gc, fold, duration_s, spans), _lag_summary(lags, fold))
+    """``gil_waits_s``: each process's time in GIL waits (None: not measured)."""
+    gil = None
+    if gil_waits_s is not None and duration_s > 0:
+        gil = min(1.0, max(gil_waits_s, default=0.0) / duration_s)
+    return PauseSummary(_gc_summary(gc, fold, duration_s, spans), _lag_summary(lags, fold), gil)
 
 
 def _gc_summary(

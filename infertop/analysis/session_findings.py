@@ -66,7 +66,21 @@ def snapshot_input(snap: Snapshot) -> FindingInput:
         gpu=gpu,
         memory=memory,
         nvml=_nvml_busy(snap),
+        gc=snap.pauses.gc if snap.pauses else None,
+        event_loop=snap.pauses.event_loop if snap.pauses else None,
+        queue_latency_share=_queue_share(snap),
+        gil_wait_share=snap.pauses.gil_share if snap.pauses else None,
     )
+
+
+def _queue_share(snap: Snapshot) -> float | None:
+    """The pipeline threads' wall time waiting in a queue, of their time in every stage (the
+    wall view: a thread blocked in ``queue.get`` is waiting, not idle); None without it."""
+    if not snap.wall_measured:
+        return None
+    shares = {s.name: s.share for s in snap.wall_totals if s.name != IDLE}
+    total = sum(shares.values())
+    return shares.get("queue", 0.0) / total if total else None
 
 
 def session_memory(snap: Snapshot) -> MemoryState | None:

@@ -13,7 +13,16 @@ from infertop.analysis.tail import IntervalSet, StageTail, TailInputs, stage_tai
 def session_pauses(session: Session, t: float | None, duration_s: float) -> PauseSummary:
     gc = session.gc_pauses if t is None else [p for p in session.gc_pauses if p.t_end <= t]
     lags = session.loop_lags if t is None else [x for x in session.loop_lags if x.t <= t]
-    return summarize_pauses(gc, lags, session.pause_fold, duration_s, session.spans_between(None, t))
+    samples = session.call_samples
+    gil = None
+    if samples.n or samples.gil_waits:
+        gil = [
+            IntervalSet(w for w in waits if t is None or w[1] <= t).total
+            for waits in samples.gil_waits.values()
+        ]
+    return summarize_pauses(
+        gc, lags, session.pause_fold, duration_s, session.spans_between(None, t), gil
+    )
 
 
 def session_tails(
