@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from infertop.analysis.findings import RULES, FindingInput, MemoryState, evaluate
+from infertop.analysis.pauses import GcSummary, LoopLagSummary, PauseLine
 from infertop.analysis.trace_findings import trace_input
 from infertop.analysis.trace_ops import OutsideOps
 from infertop.config import FindingThresholds
@@ -55,6 +56,7 @@ def test_every_spec_rule_is_registered() -> None:
         "memcpy-pageable", "memcpy-sync", "memcpy-small", "copy-heavy", "python-overhead",
         "tiny-ops", "gpu-idle", "preprocess-hot", "serialize-hot", "queue-wait",
         "gil-contention", "gpu-memory-pressure", "allocator-fragmentation",
+        "gc-pauses", "event-loop-lag",  # the tail issue's: docs/findings.md
     }  # fmt: skip
 
 
@@ -139,6 +141,32 @@ def test_gpu_idle_busy_and_gaps() -> None:
     assert fires("gpu-idle", FindingInput(gpu=gpu(busy=0.49)))
     assert fires("gpu-idle", FindingInput(gpu=gpu(busy=0.9, gaps=[Gap(0, 0.0, 150_000.0)])))
     assert not fires("gpu-idle", FindingInput(gpu=gpu(busy=0.9, gaps=[Gap(0, 0.0, 90_000.0)])))
+
+
+def _gc(share: float, max_ms: float, long_calls: float | None) -> GcSummary:
+    line = PauseLine(10, 10 * max_ms / 2, max_ms / 2, max_ms, max_ms)
+    return GcSummary(((2, line),), 10, line.total_ms, 100, share, max_ms, long_calls)
+
+
+def test_gc_pauses_at_its_thresholds() -> None:
+    # collections take 5 % of wall time: fires; 4.9 % with short pauses: does not
+    assert fires("gc-pauses", FindingInput(gc=_gc(0.05, 20.0, 0.0)))
+    assert not fires("gc-pauses", FindingInput(gc=_gc(0.049, 20.0, 0.0)))
+    # a little GC time, but pauses of 100 ms landing in 1 % of calls: fires, and says so
+    f = RULES["gc-pauses"](FindingInput(gc=_gc(0.01, 120.0, 0.01)), TH)
+    assert f is not None and f.severity == "high" and "lands in 1.0% of calls" in f.title
+    assert not fires("gc-pauses", FindingInput(gc=_gc(0.01, 120.0, 0.009)))  # too few calls hit
+    assert not fires("gc-pauses", FindingInput(gc=_gc(0.01, 99.0, 0.5)))  # pauses too short
+    assert not fires("gc-pauses", FindingInput())  # no agent: silent
+
+
+def test_event_loop_lag_at_its_threshold() -> None:
+    def lag(p99: float) -> LoopLagSummary:
+        return LoopLagSummary(beats=100, loops=1, p50_ms=0.2, p99_ms=p99, max_ms=p99 * 1.2)
+
+    assert fires("event-loop-lag", FindingInput(event_loop=lag(50.0)))
+    assert not fires("event-loop-lag", FindingInput(event_loop=lag(49.9)))
+    assert RULES["event-loop-lag"](FindingInput(event_loop=lag(200.0)), TH).severity == "high"
 
 
 def test_queue_wait_and_gil() -> None:
