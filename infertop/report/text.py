@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from infertop.report.processes import processes_markdown, processes_text
+from infertop.report.tail_text import pause_lines, tail_lines, tail_markdown
 
 
 def _pct(x: float) -> str:
@@ -131,6 +132,9 @@ def render_text(rep: dict[str, Any]) -> str:
     if not rep["stages"] and not rep["sampling"]["samples"]:
         out.append("  (no Python samples in this recording)")
     out.append("")
+    out += tail_lines(rep)
+    pauses = pause_lines(rep)
+    out += pauses + ([""] if pauses else [])
     out += processes_text(rep)
     if rep.get("ops"):
         out.append(f"top torch ops by self time ({_profiled(rep)}):")
@@ -185,6 +189,7 @@ def render_markdown(rep: dict[str, Any]) -> str:
         out.append(
             f"| {st['name']} | {100 * st['share']:.1f}% | {cpu:.1f}% | {st['seconds']:.2f} | {p50} | {p99} | {st['calls'] or ''} |"
         )
+    out += tail_markdown(rep)
     out += processes_markdown(rep)
     if rep.get("ops"):
         out += ["", "## Top torch ops", "", f"By self time; {_profiled(rep)}.", ""]
