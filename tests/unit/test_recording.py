@@ -11,9 +11,12 @@ from hypothesis import strategies as st
 from infertop.errors import BadInputFile
 from infertop.model.events import (
     AllocatorReading,
+    CallSamples,
     CollectorStatus,
     Frame,
     FrameDef,
+    GcPause,
+    LoopLag,
     OpWindow,
     SampleWindow,
     StackDef,
@@ -37,6 +40,12 @@ EVENTS = [
     SampleWindow(1000.0, 1001.0, 100.0, 100, ((7, 0, 60), (7, 1, 30)), 0, 0.0, 2),
     CollectorStatus(1001.0, "py-spy", "running", "100 Hz"),
     StageSpan(7, "serialize", 1000.5, 1000.6),
+    # 1.6: the agent's GC pauses, event-loop lag and call samples (a child's: trailing pid)
+    GcPause(1000.7, 1000.725, 2, 1234, 7),
+    GcPause(1000.8, 1000.801, 0, 5, 9, pid=4242),
+    LoopLag(1000.9, 0.08, 8),
+    CallSamples(100.0, ((7, 1000.51, 1), (7, 1000.52, 0)), ((1000.6, 1000.62),)),
+    CallSamples(100.0, (), (), pid=4242),
 ]
 
 

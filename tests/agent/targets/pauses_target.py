@@ -3,9 +3,12 @@
 The main thread calls ``encode_batch`` (~5 ms) about 60 times a second; one call in
 ``--rare-every`` takes a slow path (``rare_slow_path``, ~40 ms). Every ``--gc-every`` seconds it
 runs a full collection over a heap of cycles (a pause of some milliseconds). A second thread runs
-an asyncio event loop whose one callback blocks it for ``--block-ms`` once a second. Writes
-``--status`` every 0.1 s as JSON: iterations, the full collections it ran, whether any
-``gc.callbacks`` are installed, and the thread ids, so tests can check what the agent saw and
+an asyncio event loop whose one callback blocks it for ``--block-ms`` once a second. With
+``--forward-ms``, each iteration also calls ``forward`` (a sleep of that long), which takes
+``--spell-factor`` times longer for ``--spell-s`` seconds starting ``--spell-at`` seconds after
+the start (a spell of slow forwards). Writes ``--status`` every 0.1 s as JSON: iterations, the
+full collections it ran and their own measured time, whether any ``gc.callbacks`` are
+installed, the spell's unix times and the thread ids, so tests can check what the agent saw and
 that detach left nothing behind.
 """
 
@@ -37,6 +40,10 @@ def encode_batch(items, n, rare_every):
     return common_path(items)
 
 
+def forward(ms):
+    time.sleep(ms / 1000.0)
+
+
 class Node:
     def __init__(self):
         self.other = self  # a cycle: only the collector frees it
@@ -65,7 +72,13 @@ def main() -> int:
     ap.add_argument("--gc-every", type=float, default=0.5)
     ap.add_argument("--heap", type=int, default=200000, help="objects alive for the collector")
     ap.add_argument("--block-ms", type=float, default=80.0)
+    ap.add_argument("--forward-ms", type=float, default=0.0)
+    ap.add_argument("--spell-at", type=float, default=0.0, help="seconds after start; 0: none")
+    ap.add_argument("--spell-s", type=float, default=4.0)
+    ap.add_argument("--spell-factor", type=float, default=3.0)
     args = ap.parse_args()
+    started = time.time()
+    spell = (started + args.spell_at, started + args.spell_at + args.spell_s) if args.spell_at else None
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
     keep = [[i] for i in range(args.heap)]  # tracked objects: a full collection walks them
@@ -73,9 +86,14 @@ def main() -> int:
     if args.block_ms > 0:
         threading.Thread(target=run_loop, args=(args.block_ms, loop_thread), daemon=True).start()
     n = full = 0
+    gc_s = 0.0
     last = next_gc = time.monotonic()
     while not stopping:
         encode_batch(range(8), n, args.rare_every)
+        if args.forward_ms:
+            now_wall = time.time()
+            slow = spell is not None and spell[0] <= now_wall < spell[1]
+            forward(args.forward_ms * (args.spell_factor if slow else 1.0))
         n += 1
         time.sleep(0.01)
         now = time.monotonic()
@@ -83,12 +101,15 @@ def main() -> int:
             next_gc = now + args.gc_every
             for _ in range(100):
                 Node()
+            t0 = time.perf_counter()
             gc.collect()
+            gc_s += time.perf_counter() - t0
             full += 1
         if now - last >= 0.1:
             last = now
             status = {
-                "t": time.time(), "n": n, "full_collections": full, "heap": len(keep),
+                "t": time.time(), "n": n, "full_collections": full, "gc_s": gc_s, "heap": len(keep),
+                "spell": spell,
                 "gc_callbacks": len(gc.callbacks), "main_tid": threading.get_native_id(),
                 "loop_tid": loop_thread.get("tid"),
             }  # fmt: skip
