@@ -1,0 +1,81 @@
+"""The slow calls explained, on a real Python 3.12 target with the agent injected by
+``infertop record``: a rare slow path inside the tokenizer stage, a full GC every half second
+(timed by the target itself: the truth), an event loop blocked 80 ms a second and a 4 s spell of
+slower forwards. ``report`` must name the rare function first in the tokenizer's tail, count the
+collections and size their pauses as the target measured them, and see the loop's lag."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from .helpers import ROOT, infertop, report_json, stop_target, until
+
+pytestmark = pytest.mark.slow
+PY312 = Path("/root/.pyenv/versions/3.12.1/bin/python")
+TARGET = ROOT / "tests" / "agent" / "targets" / "pauses_target.py"
+RECORD_S = 24
+
+
+def _status(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+@pytest.mark.skipif(not PY312.exists(), reason=f"needs Python 3.12 for sys.monitoring ({PY312})")
+def test_report_explains_the_slow_calls_and_counts_the_pauses(tmp_path: Path) -> None:
+    status = tmp_path / "status.json"
+    proc = subprocess.Popen(
+        [str(PY312), str(TARGET), "--status", str(status), "--forward-ms", "8",
+         "--spell-at", "12", "--spell-s", "4", "--spell-factor", "4"],
+        cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        until(lambda: _status(status).get("n", 0) > 10, 60, "the target's first status")
+        out = tmp_path / "tail.infertop"
+        p = infertop(
+            "record", str(proc.pid), "-o", str(out), "--duration", str(RECORD_S),
+            "--stage", "preprocess=encode_batch", "--stage", "forward=*pauses_target.py:forward",
+            timeout=RECORD_S + 120,
+        )  # fmt: skip
+        assert p.returncode == 0, p.stderr
+        truth = _status(status)
+    finally:
+        out_text, err_text = stop_target(proc)
+    assert err_text == "", err_text  # nothing of ours in the target's logs
+    rep = report_json(str(out))
+    stages = {s["name"]: s for s in rep["stages"]}
+    # (a) the rare slow path is what the tokenizer's slow calls have and its typical ones lack
+    tail = stages["preprocess"]["tail"]
+    assert tail["slow_calls"] >= 3 and tail["samples"]["slow"] >= 10, tail
+    assert tail["frames"][0]["name"] == "rare_slow_path", tail["frames"][:3]
+    assert tail["frames"][0]["slow_share"] > 0.8 and tail["frames"][0]["typical_share"] < 0.05
+    # (b) the full collections: the count the target made while we recorded, within 20 %
+    #     (the agent starts a moment after record does), and their pause size
+    gc = rep["gc"]
+    full = next(g for g in gc["generations"] if g["generation"] == 2)
+    made = truth["full_collections"]
+    started = truth["spell"][0] - 12  # the target's start (its spell began 12 s after it)
+    expected = made * rep["duration_s"] / (truth["t"] - started)  # its rate over our span
+    assert full["count"] == pytest.approx(expected, rel=0.2), (full, made, rep["duration_s"])
+    mean_truth_ms = 1000 * truth["gc_s"] / made
+    mean_ours_ms = full["total_ms"] / full["count"]
+    assert mean_ours_ms == pytest.approx(mean_truth_ms, rel=0.25), (mean_ours_ms, mean_truth_ms)
+    # (c) the loop blocked 80 ms a second: its lag's max is about that, and it is a finding
+    lag = rep["event_loop"]
+    assert 60 <= lag["lag_ms"]["max"] <= 200, lag
+    assert "event-loop-lag" in {f["rule"] for f in rep["findings"]}
+    # (d) the spell: forward's slowest calls all lie inside it (4x the 8 ms forward)
+    fwd = stages["forward"]["tail"]
+    t0, t1 = truth["spell"]
+    assert fwd["slowest"] and all(t0 - 0.1 <= c["t"] <= t1 + 0.1 for c in fwd["slowest"]), (fwd["slowest"], t0, t1)
+    assert rep["source"]["start_time"] <= t0
+    # and the text report says the same for a reader
+    text = infertop("report", str(out)).stdout
+    assert "rare_slow_path" in text and "garbage collection:" in text and "event-loop lag:" in text
+    assert out_text == ""
