@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import select
 import sys
@@ -174,7 +175,8 @@ class _Agent(
                 wake, self.next_span_flush, self.next_allocator, self.next_call_sample,
                 self._pauses_due(),
             )  # fmt: skip
-        fds = self._wait_for_io(max(0, int((wake - now) * 1000)))
+        # rounded up: a timeout rounded down to 0 ms would spin until the deadline
+        fds = self._wait_for_io(max(0, int(math.ceil((wake - now) * 1000))))
         self._note_wake(wake, fds)
         if self.client is not None and self.client.fileno() in fds:
             self._read_client()  # first: a client that just left makes room for the next
