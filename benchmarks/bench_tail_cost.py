@@ -96,7 +96,7 @@ class Session:
 def phase(python: str, mode: str, seconds: float, tmp: str, cores: tuple[int, int]) -> dict:
     procs, counters = [], []
     for i, core in enumerate(cores):
-        c = os.path.join(tmp, f"{mode}-{i}.json")
+        c = tempfile.mktemp(suffix=f"-{i}.json", dir=tmp)  # new each phase: no stale counter
         counters.append(c)
         procs.append(subprocess.Popen(
             ["taskset", "-c", str(core), python, str(ROOT / "benchmarks" / "tail_target.py"),

@@ -69,7 +69,8 @@ def test_report_explains_the_slow_calls_and_counts_the_pauses(tmp_path: Path) ->
     # (c) the loop blocked 80 ms a second: its lag's max is about that, and it is a finding
     lag = rep["event_loop"]
     assert 60 <= lag["lag_ms"]["max"] <= 200, lag
-    assert "event-loop-lag" in {f["rule"] for f in rep["findings"]}
+    rules = {f["rule"] for f in rep["findings"]}
+    assert "event-loop-lag" in rules and "gil-contention" not in rules, rules
     # (d) the spell: forward's slowest calls all lie inside it (4x the 8 ms forward)
     fwd = stages["forward"]["tail"]
     t0, t1 = truth["spell"]
@@ -79,3 +80,28 @@ def test_report_explains_the_slow_calls_and_counts_the_pauses(tmp_path: Path) ->
     text = infertop("report", str(out)).stdout
     assert "rare_slow_path" in text and "garbage collection:" in text and "event-loop lag:" in text
     assert out_text == ""
+
+
+@pytest.mark.skipif(not PY312.exists(), reason=f"needs Python 3.12 for sys.monitoring ({PY312})")
+def test_a_thread_that_keeps_the_gil_is_gil_contention(tmp_path: Path) -> None:
+    """A thread in a C loop that keeps the GIL (builtin sum over a range, ~60 ms a call): the
+    agent's thread cannot run for stretches of tens of ms, the stage's slow calls overlap them,
+    and gil-contention fires; the same target without the hog raised none (the test above)."""
+    status = tmp_path / "status.json"
+    proc = subprocess.Popen(
+        [str(PY312), str(TARGET), "--status", str(status), "--gil-hog", "--block-ms", "0"],
+        cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        until(lambda: _status(status).get("n", 0) > 5, 60, "the target's first status")
+        out = tmp_path / "gil.infertop"
+        p = infertop("record", str(proc.pid), "-o", str(out), "--duration", "10",
+                     "--stage", "preprocess=encode_batch", timeout=130)  # fmt: skip
+        assert p.returncode == 0, p.stderr
+    finally:
+        stop_target(proc)
+    rep = report_json(str(out))
+    (gil,) = [f for f in rep["findings"] if f["rule"] == "gil-contention"]
+    assert gil["evidence"]["gil_wait_share"] >= 0.3, gil
+    tail = next(s for s in rep["stages"] if s["name"] == "preprocess")["tail"]
+    assert tail["overlaps"]["gil"] > 0.3, tail["overlaps"]

@@ -6,7 +6,7 @@ runs a full collection over a heap of cycles (a pause of some milliseconds). A s
 an asyncio event loop whose one callback blocks it for ``--block-ms`` once a second. With
 ``--forward-ms``, each iteration also calls ``forward`` (a sleep of that long), which takes
 ``--spell-factor`` times longer for ``--spell-s`` seconds starting ``--spell-at`` seconds after
-the start (a spell of slow forwards). Writes ``--status`` every 0.1 s as JSON: iterations, the
+the start (a spell of slow forwards). ``--gil-hog`` adds a thread that keeps the GIL in C. Writes ``--status`` every 0.1 s as JSON: iterations, the
 full collections it ran and their own measured time, whether any ``gc.callbacks`` are
 installed, the spell's unix times and the thread ids, so tests can check what the agent saw and
 that detach left nothing behind.
@@ -49,6 +49,14 @@ class Node:
         self.other = self  # a cycle: only the collector frees it
 
 
+def hog_the_gil():
+    """A C loop that keeps the GIL: the builtin sum over a range checks no eval breaker, so no
+    other Python thread runs until it returns (~50 ms a call)."""
+    while True:
+        sum(range(2000000))
+        time.sleep(0.001)
+
+
 def run_loop(block_ms, ready):
     loop = asyncio.new_event_loop()
 
@@ -76,6 +84,7 @@ def main() -> int:
     ap.add_argument("--spell-at", type=float, default=0.0, help="seconds after start; 0: none")
     ap.add_argument("--spell-s", type=float, default=4.0)
     ap.add_argument("--spell-factor", type=float, default=3.0)
+    ap.add_argument("--gil-hog", action="store_true", help="a thread that keeps the GIL in C")
     args = ap.parse_args()
     started = time.time()
     spell = (started + args.spell_at, started + args.spell_at + args.spell_s) if args.spell_at else None
@@ -83,6 +92,8 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
     keep = [[i] for i in range(args.heap)]  # tracked objects: a full collection walks them
     loop_thread = {}
+    if args.gil_hog:
+        threading.Thread(target=hog_the_gil, daemon=True).start()
     if args.block_ms > 0:
         threading.Thread(target=run_loop, args=(args.block_ms, loop_thread), daemon=True).start()
     n = full = 0
