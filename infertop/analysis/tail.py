@@ -148,6 +148,9 @@ class StageTail:
     frames: tuple[TailFrame, ...]  # by excess, largest first
     overlaps: dict[str, float | None]  # shares of slow-call time; None: not measured
     slowest: tuple[SlowCall, ...]
+    #: the slow and the typical calls' samples by the stage their stacks are in (shares): the
+    #: stage breakdown of the slow calls (of a request: where the slow requests' time went)
+    stages: dict[str, tuple[float, float]] = field(default_factory=dict)
     #: the stacks of the slow and the typical calls' samples (stack id -> samples), for the
     #: differential flame of the tail view
     slow_stacks: dict[int, int] = field(default_factory=dict, compare=False)
@@ -168,19 +171,22 @@ class TailInputs:
 
 
 def _shares(counts: dict[int, int], frames_of: Callable[[int], Sequence[Frame]]):
-    """{(function, file): samples whose stack holds it} and {(function, file): {line: n}}."""
+    """{(function, file): samples whose stack holds it}, {(function, file): {line: n}} and
+    {(function, file): its deepest position in a stack}."""
     held: dict[tuple[str, str], int] = {}
     lines: dict[tuple[str, str], dict[int, int]] = {}
+    depth: dict[tuple[str, str], int] = {}
     for sid, n in counts.items():
         seen = set()
-        for f in frames_of(sid):
+        for i, f in enumerate(frames_of(sid)):
             key = (f.function, f.file)
             by_line = lines.setdefault(key, {})
             by_line[f.line] = by_line.get(f.line, 0) + n
+            depth[key] = max(depth.get(key, 0), i)
             if key not in seen:
                 seen.add(key)
                 held[key] = held.get(key, 0) + n
-    return held, lines
+    return held, lines, depth
 
 
 def stage_tail(
@@ -201,15 +207,17 @@ def stage_tail(
     n_slow, n_typical = sum(slow_stacks.values()), sum(typical_stacks.values())
     frames: list[TailFrame] = []
     if n_slow:
-        held_slow, lines = _shares(slow_stacks, inputs.frames_of)
-        held_typ, _ = _shares(typical_stacks, inputs.frames_of)
+        held_slow, lines, depth = _shares(slow_stacks, inputs.frames_of)
+        held_typ, _, _ = _shares(typical_stacks, inputs.frames_of)
         for key, n in held_slow.items():
             s = n / n_slow
             t = held_typ.get(key, 0) / n_typical if n_typical else 0.0
             if s > t:
                 by_line = lines[key]
                 frames.append(TailFrame(key[0], key[1], max(by_line, key=by_line.__getitem__), s, t))
-        frames.sort(key=lambda f: (-f.excess, f.function))
+        frames = _without_pass_through(frames, slow_stacks, inputs.frames_of)
+        # the deepest frame, the one that does the work, comes first among equals
+        frames.sort(key=lambda f: (-round(f.excess, 9), -depth[(f.function, f.file)], f.function))
     slowest = sorted(slow, key=lambda sp: sp.t_start - sp.t_end)[:SLOWEST_CALLS]
     return StageTail(
         stage=stage,
@@ -224,9 +232,35 @@ def stage_tail(
         frames=tuple(frames[:TOP_TAIL_FRAMES]),
         overlaps=_overlaps(slow, slow_stacks, inputs),
         slowest=tuple(SlowCall(sp.t_start, (sp.t_end - sp.t_start) * 1000.0, sp.tid) for sp in slowest),
+        stages=_stage_breakdown(slow_stacks, typical_stacks, inputs.stage_of),
         slow_stacks=slow_stacks,
         typical_stacks=typical_stacks,
     )
+
+
+#: a caller whose excess one of its callees has this much of is only the way to it: left out
+PASS_THROUGH = 0.95
+
+
+def _without_pass_through(
+    frames: list[TailFrame], slow: dict[int, int], frames_of: Callable[[int], Sequence[Frame]]
+) -> list[TailFrame]:
+    """The frames less the callers that only pass the excess down to one callee (the chain of
+    middleware and dispatch above the function that differs: its excess is theirs too)."""
+    excess = {(f.function, f.file): f.excess for f in frames}
+    callees: dict[tuple[str, str], set[tuple[str, str]]] = {}
+    for sid in slow:
+        stack = [(f.function, f.file) for f in frames_of(sid)]
+        for parent, child in zip(stack, stack[1:]):
+            if parent in excess and child in excess and child != parent:
+                callees.setdefault(parent, set()).add(child)
+    keep = []
+    for f in frames:
+        key = (f.function, f.file)
+        best = max((excess[c] for c in callees.get(key, ())), default=0.0)
+        if best < PASS_THROUGH * f.excess:
+            keep.append(f)
+    return keep
 
 
 def _sampled(calls: Sequence[StageSpan], samples: CallSampleIndex) -> dict[int, int]:
@@ -249,6 +283,24 @@ def _sampled(calls: Sequence[StageSpan], samples: CallSampleIndex) -> dict[int, 
             seen.add(key)
             out[sids[i]] = out.get(sids[i], 0) + 1
     return out
+
+
+def _stage_breakdown(
+    slow: dict[int, int], typical: dict[int, int], stage_of: Callable[[int], str]
+) -> dict[str, tuple[float, float]]:
+    """{stage: (share of slow-call samples, share of typical-call samples)}, largest slow first."""
+
+    def shares(counts: dict[int, int]) -> dict[str, float]:
+        total = sum(counts.values())
+        out: dict[str, float] = {}
+        for sid, n in counts.items():
+            st = stage_of(sid)
+            out[st] = out.get(st, 0.0) + n / total
+        return out
+
+    s, t = (shares(slow) if slow else {}), (shares(typical) if typical else {})
+    names = sorted(set(s) | set(t), key=lambda k: (-s.get(k, 0.0), k))
+    return {k: (s.get(k, 0.0), t.get(k, 0.0)) for k in names}
 
 
 def _overlaps(

@@ -56,6 +56,7 @@ def tail_dict(tail: StageTail) -> dict[str, Any]:
             for f in tail.frames
         ],  # fmt: skip
         "overlaps": {k: None if v is None else _r(v, 4) for k, v in tail.overlaps.items()},
+        "stages": {k: {"slow_share": _r(s, 4), "typical_share": _r(t, 4)} for k, (s, t) in tail.stages.items()},
         "slowest": [
             {"t": _r(c.t, 6), "duration_ms": _r(c.duration_ms), "thread": c.tid} for c in tail.slowest
         ],

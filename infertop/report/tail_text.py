@@ -73,6 +73,12 @@ def tail_lines(rep: dict[str, Any]) -> list[str]:
                 "    no call samples: stage rules (--stage) on Python >= 3.12 or infertop.stage "
                 "annotations, with the agent, tie stacks to calls"
             )
+        stages = [
+            f"{name} {100 * v['slow_share']:.0f}% (typical {100 * v['typical_share']:.0f}%)"
+            for name, v in list((tail.get("stages") or {}).items())[:4]
+        ]
+        if len(stages) > 1:
+            out.append("    by stage: " + ", ".join(stages))
         out.append(f"    overlapped: {_overlaps(tail)}")
     return ["slow calls (the tail of each stage):", *out, ""] if out else []
 

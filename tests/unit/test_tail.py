@@ -84,6 +84,8 @@ def test_overlaps_are_shares_of_slow_call_time() -> None:
     tail = stage_tail("preprocess", spans, inputs(idx))
     assert tail is not None and tail.overlaps["queue"] == pytest.approx(1.0)
     assert tail.frames[0].function == "Queue.get"
+    # the stage breakdown: the slow calls all queue, the typical ones all preprocess
+    assert tail.stages == {"queue": (1.0, 0.0), "preprocess": (0.0, 1.0)}
 
 
 def test_a_given_threshold_replaces_the_p99() -> None:
@@ -122,3 +124,23 @@ def test_a_nested_call_of_the_same_stage_counts_its_samples_once() -> None:
     idx.add(CallSamples(100.0, tuple((7, 10.0 + k / 100 + 0.005, 1) for k in range(10))))
     tail = stage_tail("s", [outer, inner], inputs(idx), threshold_ms=1.0)
     assert tail is not None and tail.slow_calls == 2 and tail.slow_samples == 10
+
+
+def test_callers_that_only_lead_to_the_slow_function_are_left_out() -> None:
+    """An ASGI app's slow requests: their samples run through the middleware chain into
+    ``slow_lookup``; the typical ones' mostly wait in the loop's select. Every frame of the
+    chain has the same excess as slow_lookup: only slow_lookup, where it goes, is listed."""
+    mw = [Frame(f"Middleware{i}.__call__", "/srv/mw.py", 10 * i) for i in range(4)]
+    lookup, select = Frame("slow_lookup", "/srv/app.py", 36), Frame("select", "/usr/lib/selectors.py", 468)
+    stacks = {0: [MAIN, *mw, lookup], 1: [MAIN, select], 2: [MAIN, *mw, ENCODE]}
+    spans = [StageSpan(7, "request", 10.0 + i, 10.0 + i + (0.05 if i < 2 else 0.005)) for i in range(100)]
+    rows = []
+    for sp in spans:
+        slow = sp.t_end - sp.t_start > 0.01
+        n = 5 if slow else 1
+        rows += [(7, sp.t_start + (k + 0.5) * (sp.t_end - sp.t_start) / n, 0 if slow else (2 if k % 2 else 1)) for k in range(n)]
+    idx = CallSampleIndex()
+    idx.add(CallSamples(100.0, tuple(sorted(rows, key=lambda r: r[1]))))
+    inp = TailInputs(idx, stacks.__getitem__, lambda sid: "request", lambda tid: 0, {}, {}, True)
+    tail = stage_tail("request", spans, inp)
+    assert tail is not None and [f.function for f in tail.frames] == ["slow_lookup"]

@@ -241,6 +241,7 @@ class _Agent(
         self._close_client()
         self.config = dict(DEFAULT_CONFIG)
         self.stage_codes = {}
+        self.stage_filters = {}
         self.statuses_sent = set()
         if self.mode == "injected":
             self.stop_requested = True

@@ -105,6 +105,8 @@ class _CallSamplerMixin:
             for ident, stack in list(monitor.stacks.items()):
                 if stack:
                     out[ident] = monitor.natives.get(ident, 0)
+            for ident in list(monitor.open_by_thread):  # coroutine calls (an ASGI request)
+                out[ident] = monitor.natives.get(ident, 0)
         if self.span_threads:
             for ident, (native, seen) in list(self.span_threads.items()):
                 if now - seen > SPAN_THREAD_KEEP_S:

@@ -18,6 +18,8 @@ DEFAULT_CONFIG = {
     # stacks of the threads inside stage calls, per second (tail attribution; 0: off)
     "call_sample_hz": 100.0,
     "pauses": True,  # garbage collections and asyncio event-loop lag
+    # time the entry points the agent knows (an ASGI app's requests: stages.KNOWN_ENTRY_POINTS)
+    "known_entry_points": True,
 }
 #: Never stop a window sooner than this after its start: with profile_all_threads, torch 2.13
 #: corrupted the heap / segfaulted within a few hundred windows stopped 0-5 ms after their

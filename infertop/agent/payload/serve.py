@@ -17,7 +17,13 @@ from infertop.agent.payload.constants import (
     MAX_STAGE_FUNCTIONS,
     SEND_TIMEOUT_S,
 )
-from infertop.agent.payload.stages import _Monitor, find_stage_codes, parse_stage_patterns
+from infertop.agent.payload.stages import (
+    _CALL_FILTERS,
+    _Monitor,
+    find_known_codes,
+    find_stage_codes,
+    parse_stage_patterns,
+)
 from infertop.agent.payload.window import _cuda_in_use, _torch
 from infertop.agent.protocol import (
     FrameDecoder,
@@ -251,10 +257,11 @@ class _ServingMixin:
                 raise ValueError("call_sample_hz must be a number")
             lo, hi = LIMITS["call_sample_hz"]
             new["call_sample_hz"] = float(min(max(value, lo), hi))
-        if "pauses" in msg:
-            if not isinstance(msg["pauses"], bool):
-                raise ValueError("pauses must be true or false")
-            new["pauses"] = msg["pauses"]
+        for key in ("pauses", "known_entry_points"):
+            if key in msg:
+                if not isinstance(msg[key], bool):
+                    raise ValueError("%s must be true or false" % key)
+                new[key] = msg[key]
         if "record_shapes" in msg:
             if not isinstance(msg["record_shapes"], bool):
                 raise ValueError("record_shapes must be true or false")
@@ -268,6 +275,12 @@ class _ServingMixin:
         self.config = new
         if patterns is not None:
             codes = find_stage_codes(patterns) if _Monitor.available() else {}
+            filters = {}
+            if _Monitor.available() and new.get("known_entry_points", True):
+                for code, (stage, filt) in find_known_codes().items():
+                    if code not in codes:  # the user's rule for it wins
+                        codes[code] = stage
+                        filters[code] = _CALL_FILTERS[filt]
             if len(codes) > MAX_STAGE_FUNCTIONS:
                 # a pattern such as "*" would time every call in the target
                 self._status_once(
@@ -281,6 +294,7 @@ class _ServingMixin:
             if was_running:
                 self._stop_monitor()
             self.stage_codes = codes
+            self.stage_filters = {c: f for c, f in filters.items() if c in codes}
             if was_running:
                 self._start_monitor()
 

@@ -25,6 +25,7 @@ class _SpansMixin:
         self.sink_module = None
         self.monitor = None
         self.stage_codes = {}
+        self.stage_filters = {}
 
     def _span_sink(self, thread_id, name, start_ns, end_ns):
         native = threading.get_native_id()
@@ -60,7 +61,7 @@ class _SpansMixin:
     def _start_monitor(self):
         if not self.stage_codes or not _Monitor.available():
             return
-        monitor = _Monitor(self.stage_codes, self._push_span)
+        monitor = _Monitor(self.stage_codes, self._push_span, self.stage_filters)
         try:
             monitor.install()
         except Exception as exc:

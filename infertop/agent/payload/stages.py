@@ -69,6 +69,38 @@ def find_stage_codes(patterns):
     return found
 
 
+#: entry points the agent times without being told, when their module is loaded (Python >=
+#: 3.12): (stage, module, attribute path, filter). ``asgi_http``: only calls whose ``scope`` is
+#: an HTTP request (not lifespan, not websocket). FastAPI's app calls Starlette's.
+KNOWN_ENTRY_POINTS = (
+    ("request", "starlette.applications", "Starlette.__call__", "asgi_http"),
+)
+_CO_COROUTINE = 0x0080
+_CO_ASYNC_GENERATOR = 0x0200
+
+
+def find_known_codes():
+    """{code: (stage, filter name)} of the KNOWN_ENTRY_POINTS whose modules are loaded."""
+    found = {}
+    for stage, module, path, filt in KNOWN_ENTRY_POINTS:
+        obj = sys.modules.get(module)
+        for part in path.split("."):
+            obj = getattr(obj, part, None) if obj is not None else None
+        code = getattr(obj, "__code__", None)
+        if code is not None:
+            found[code] = (stage, filt)
+    return found
+
+
+def _asgi_http(frame):
+    scope = frame.f_locals.get("scope")
+    return isinstance(scope, dict) and scope.get("type") == "http"
+
+
+#: filters a known entry point's call must pass to be timed (called with its frame)
+_CALL_FILTERS = {"asgi_http": _asgi_http}
+
+
 def gc_objects():
     import gc
 
@@ -79,15 +111,25 @@ class _Monitor:
     """Per-call timings of chosen functions with ``sys.monitoring`` (Python >= 3.12).
 
     Local PY_START/PY_RETURN events on the matching code objects only; PY_UNWIND (which cannot
-    be local) globally, ignored for any other code. Nothing is monkeypatched.
+    be local) globally, ignored for any other code. Nothing is monkeypatched. A plain function's
+    calls nest on their thread (a stack per thread); a coroutine's (``async def``, an ASGI
+    app's ``__call__``) interleave on the event loop's thread, so each is keyed by its frame:
+    PY_START when it first runs, PY_RETURN / PY_UNWIND when it ends, its awaits in between.
     """
 
-    def __init__(self, codes, push):
+    def __init__(self, codes, push, filters=None):
         self.codes = dict(codes)
         self.push = push  # push(native_tid, stage, start_ns, end_ns)
         self.tool = None
         self.stacks = {}
         self.natives = {}  # ident -> native thread id, for the call sampler
+        #: code -> filter(frame): only calls that pass it are timed (known entry points)
+        self.filters = dict(filters or {})
+        self.coroutines = {
+            c for c in self.codes if c.co_flags & (_CO_COROUTINE | _CO_ASYNC_GENERATOR)
+        }
+        self.open_frames = {}  # id(frame) -> (code, start ns, ident) of running coroutines
+        self.open_by_thread = {}  # ident -> coroutine calls open on it
 
     @staticmethod
     def available():
@@ -131,12 +173,16 @@ class _Monitor:
         finally:
             mon.free_tool_id(tool)
         self.stacks.clear()
+        self.open_frames.clear()
+        self.open_by_thread.clear()
 
     def _on_start(self, code, offset):
         try:
             stage = self.codes.get(code)
             if stage is None:
                 return None
+            if code in self.coroutines or code in self.filters:
+                return self._start_keyed(code)
             ident = threading.get_ident()
             stack = self.stacks.get(ident)
             if stack is None:
@@ -148,9 +194,37 @@ class _Monitor:
             pass
         return None
 
+    def _start_keyed(self, code):
+        frame = sys._getframe(2)  # the timed code's (this, then _on_start, are above it)
+        filt = self.filters.get(code)
+        if filt is not None and not filt(frame):
+            return None
+        ident = threading.get_ident()
+        if ident not in self.natives:
+            self.natives[ident] = threading.get_native_id()
+        if len(self.open_frames) < 10000:
+            self.open_frames[id(frame)] = (code, time.perf_counter_ns(), ident)
+            self.open_by_thread[ident] = self.open_by_thread.get(ident, 0) + 1
+        return None
+
+    def _finish_keyed(self, code):
+        opened = self.open_frames.pop(id(sys._getframe(3)), None)  # _on_return, _finish above
+        if opened is None or opened[0] is not code:
+            return
+        _, start, ident = opened
+        left = self.open_by_thread.get(ident, 1) - 1
+        if left > 0:
+            self.open_by_thread[ident] = left
+        else:
+            self.open_by_thread.pop(ident, None)
+        self.push(self.natives.get(ident, 0), self.codes[code], start, time.perf_counter_ns())
+
     def _finish(self, code):
         try:
             if code not in self.codes:
+                return
+            if code in self.coroutines or code in self.filters:
+                self._finish_keyed(code)
                 return
             stack = self.stacks.get(threading.get_ident())
             if not stack:
