@@ -12,6 +12,15 @@ $(STAMP): pyproject.toml requirements-dev.txt
 	$(PY) -m pip install -q -e '.[test]'
 	touch $(STAMP)
 
+# the ASGI targets' Python 3.12 (sys.monitoring) with starlette and uvicorn: their tests skip,
+# saying so, where there is no such interpreter
+PY312 ?= /root/.pyenv/versions/3.12.1/bin/python
+VENV312 := .venv312
+$(VENV312)/.installed: requirements-py312.txt
+	@if [ -x "$(PY312)" ]; then \
+	  $(PY312) -m venv $(VENV312) && $(VENV312)/bin/pip install -q -r requirements-py312.txt && touch $@; \
+	else echo "no Python 3.12 at $(PY312): the ASGI tests will skip"; fi
+
 .PHONY: demo test test-fast bench
 demo: $(STAMP)
 	$(VENV)/bin/infertop demo
@@ -21,7 +30,7 @@ demo: $(STAMP)
 # accuracy only without another test beside them, and the user-nobody tests share one socket
 # folder (docs: README). Both phases run; the target fails if either did.
 WORKERS ?= 3
-test: $(STAMP)
+test: $(STAMP) $(VENV312)/.installed
 	@rc=0; \
 	$(PY) -m pytest -q -m "not solo" -n $(WORKERS) || rc=$$?; \
 	$(PY) -m pytest -q -m solo || rc=$$?; \

@@ -70,11 +70,9 @@ class AgentAttach:
     def _run(self) -> None:
         from infertop.agent.inject import inject  # here: the injector is not start-up's
 
-        # without torch the agent still times the stage functions the rules name, and says
-        # what paused the process (GC, event-loop lag): with rules, a torch-less target gets it
-        res = inject(
-            self.pid, timeout=self.inject_timeout, require_torch=not self.config.stage_functions
-        )
+        # torch or not: without it the agent still times the stage calls (the rules', an ASGI
+        # app's requests) and says what paused the process (GC, event-loop lag)
+        res = inject(self.pid, timeout=self.inject_timeout, require_torch=False)
         self.result = res
         if not res.ok or not res.socket_path:
             self._status("unavailable", res.reason or "the agent could not be started")
