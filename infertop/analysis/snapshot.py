@@ -27,6 +27,7 @@ from infertop.analysis.processes.view import (
     process_labels,
     process_op_totals,
 )
+from infertop.analysis.requests import RequestSummary, summarize_requests
 from infertop.analysis.session import Session
 from infertop.analysis.session_tails import session_pauses, session_tails
 from infertop.analysis.shares import StageShare, stage_shares
@@ -113,6 +114,8 @@ class Snapshot:
     pauses: PauseSummary | None = None
     #: each stage's tail (slow calls against typical ones): only when asked for (``tails``)
     tails: tuple[StageTail, ...] = ()
+    #: requests named by ``infertop.stage(..., request=ID)``, with ``tails`` only
+    requests: RequestSummary | None = None
 
     @property
     def duration_s(self) -> float:
@@ -346,4 +349,5 @@ def build_snapshot(
         shape=shape,
         pauses=session_pauses(session, t, duration),
         tails=session_tails(session, t, tails) if tails is not None else (),
+        requests=summarize_requests(session.spans_between(None, t)) if tails is not None else None,
     )

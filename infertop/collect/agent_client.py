@@ -209,7 +209,10 @@ def convert(msg: dict[str, Any]) -> list[Event]:
         if not isinstance(spans, list):
             raise ValueError("spans is not a list")
         # bounded like a recording's numbers: a span the reader would call damage never gets in
-        return [StageSpan(whole(r[0]), str(r[1]), real(r[2]), real(r[3])) for r in spans]
+        return [
+            StageSpan(whole(r[0]), str(r[1]), real(r[2]), real(r[3]), str(r[4]) if len(r) > 4 else None)
+            for r in spans
+        ]
     if kind == "pauses":
         return _pauses(msg)
     if kind == "samples":

@@ -116,6 +116,7 @@ class StageSpan:
     stage: str
     t_start: float
     t_end: float
+    request: str | None = None  # ``infertop.stage(..., request=ID)``: the request it is of
 
 
 @dataclass(frozen=True, slots=True)

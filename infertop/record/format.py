@@ -54,7 +54,8 @@ OPS, ALLOCATOR = 11, 12  # added in 1.1
 PROCESS = 14  # added in 1.3 (--children), with code 4's trailing pid
 # 1.4: codes 11 and 12 gain a trailing pid (the process; written only when not the target)
 # 1.5: code 5 gains a trailing 1 for a wall window (py-spy --idle: idle samples included)
-# 1.6: codes 15-17, GC pauses, event-loop lag and call samples: infertop/record/pause_format.py
+# 1.6: codes 15-17, GC pauses, event-loop lag and call samples: infertop/record/pause_format.py;
+#      code 7 gains a trailing request id (infertop.stage(..., request=ID))
 
 
 def encode_event(ev: Event) -> list[Any]:
@@ -72,7 +73,7 @@ def encode_event(ev: Event) -> list[Any]:
         case ProcessDef():
             return [PROCESS, ev.pid, ev.ppid, ev.cmdline]
         case StageSpan():
-            return [SPAN, ev.tid, ev.stage, ev.t_start, ev.t_end]
+            return [SPAN, ev.tid, ev.stage, ev.t_start, ev.t_end] + ([ev.request] if ev.request is not None else [])
         case CollectorStatus():
             return [STATUS, ev.t, ev.collector, ev.state, ev.message]
         case TargetInfo():
@@ -121,7 +122,7 @@ def decode_event(raw: Any) -> Event | None:
     if code == PROCESS:
         return ProcessDef(whole(f[0]), whole(f[1]), as_str(f[2]))
     if code == SPAN:
-        return StageSpan(whole(f[0]), str(f[1]), real(f[2]), real(f[3]))
+        return StageSpan(whole(f[0]), str(f[1]), real(f[2]), real(f[3]), as_str(f[4]) if len(f) > 4 else None)
     if code == STATUS:
         return CollectorStatus(real(f[0]), str(f[1]), str(f[2]), str(f[3]))
     if code == TARGET:

@@ -10,7 +10,7 @@ from infertop.analysis.session_findings import snapshot_input
 from infertop.analysis.snapshot import Snapshot
 from infertop.analysis.stages import IDLE
 from infertop.config import FindingThresholds
-from infertop.report.pauses import gc_dict, loop_dict, tail_dict
+from infertop.report.pauses import gc_dict, loop_dict, requests_dict, tail_dict
 from infertop.report.schema import REPORT_VERSION, TOP_OPS
 
 
@@ -107,6 +107,7 @@ def build_report(
         "gpu": {"available": gpu_available, "reason": reason, **_gpu(snap)},
         "gc": gc_dict(snap.pauses.gc if snap.pauses else None),
         "event_loop": loop_dict(snap.pauses.event_loop if snap.pauses else None),
+        "requests": requests_dict(snap.requests),
         "findings": [f.as_dict() for f in evaluate(snapshot_input(snap), thresholds)],
         "target_exited": snap.exited is not None,
         "warnings": list(snap.notes),

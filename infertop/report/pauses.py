@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from infertop.analysis.pauses import GcSummary, LoopLagSummary
+from infertop.analysis.requests import RequestSummary
 from infertop.analysis.tail import StageTail
 
 
@@ -60,4 +61,20 @@ def tail_dict(tail: StageTail) -> dict[str, Any]:
         "slowest": [
             {"t": _r(c.t, 6), "duration_ms": _r(c.duration_ms), "thread": c.tid} for c in tail.slowest
         ],
+    }
+
+
+def requests_dict(req: RequestSummary | None) -> dict[str, Any] | None:
+    if req is None:
+        return None
+    lat = req.latency_ms
+    return {
+        "count": req.count,
+        "latency_ms": {"p50": _r(lat.p50), "p95": _r(lat.p95), "p99": _r(lat.p99)},
+        "stages": {k: {"share": _r(a, 4), "slowest_share": _r(b, 4)} for k, a, b in req.stage_shares},
+        "slowest": [
+            {"id": r.id, "t": _r(r.t_start, 6), "duration_ms": _r(r.duration_ms),
+             "stages": {st: _r(ms) for st, ms in r.stages}}
+            for r in req.slowest
+        ],  # fmt: skip
     }

@@ -21,8 +21,16 @@ def _file(path: str, line: int) -> str:
 
 
 def pause_lines(rep: dict[str, Any]) -> list[str]:
-    """One line for GC pauses, one for event-loop lag; none when neither was seen."""
+    """A line for named requests, one for GC pauses, one for event-loop lag (each when seen)."""
     out = []
+    req = rep.get("requests")
+    if req:
+        lat = req["latency_ms"]
+        slow = ", ".join(f"{k} {100 * v['slowest_share']:.0f}%" for k, v in list(req["stages"].items())[:4])
+        out.append(
+            f"requests: {req['count']}, p50 {lat['p50']:.1f} ms  p95 {lat['p95']:.1f} ms  "
+            f"p99 {lat['p99']:.1f} ms; the slowest {len(req['slowest'])} spent: {slow}"
+        )
     gc = rep.get("gc")
     if gc:
         gens = ", ".join(f"gen {g['generation']}: {g['count']}× p99 {g['p99_ms']:.1f} ms" for g in gc["generations"])

@@ -51,12 +51,13 @@ def test_monitoring_spans_on_312_and_cleanup(targets):
     ser = [s for s in spans if s[1] == "serialize"]  # from `with infertop.stage("serialize")`
     assert len(pre) >= 40 and len(ser) >= 40  # ~55 calls a second for 1.5 s
     now = time.time()
-    for tid, stage, t0, t1 in pre:
+    for tid, stage, t0, t1 in pre:  # timed functions: no request id
         assert tid == target.pid  # the main thread's OS id
         assert 0.004 < t1 - t0 < 0.2, (t0, t1)  # encode_batch sleeps 5 ms
         assert now - 30 < t0 < t1 <= now + 1
-    for tid, stage, t0, t1 in ser:
-        assert 0 <= t1 - t0 < 0.05
+    for tid, stage, t0, t1, request in ser:  # with the request id the target gave it
+        assert 0 <= t1 - t0 < 0.05 and request.isdigit()
+    assert len({s[4] for s in ser}) == len(ser)  # one request each
     # detach left nothing: tool id free, sink removed (the target reports both)
     assert wait_until(lambda: target.read_status()["tool"] is None, 3)
     status = target.read_status()

@@ -27,13 +27,13 @@ class _SpansMixin:
         self.stage_codes = {}
         self.stage_filters = {}
 
-    def _span_sink(self, thread_id, name, start_ns, end_ns):
+    def _span_sink(self, thread_id, name, start_ns, end_ns, request=None):
         native = threading.get_native_id()
-        self.spans.append((native, name, start_ns, end_ns))
+        self.spans.append((native, name, start_ns, end_ns, request))
         self._note_span_thread(thread_id, native)
 
     def _push_span(self, tid, stage, start_ns, end_ns):
-        self.spans.append((tid, stage, start_ns, end_ns))
+        self.spans.append((tid, stage, start_ns, end_ns, None))
 
     def _install_sink(self):
         if self.sink_module is not None:
@@ -101,9 +101,10 @@ class _SpansMixin:
         popleft = self.spans.popleft
         while len(batch) < 20000:
             try:
-                tid, stage, start, end = popleft()
+                tid, stage, start, end, request = popleft()
             except IndexError:
                 break
-            batch.append([tid, stage, (start + offset) / 1e9, (end + offset) / 1e9])
+            row = [tid, stage, (start + offset) / 1e9, (end + offset) / 1e9]
+            batch.append(row if request is None else row + [request])
         if batch:
             self._send({"type": "spans", "spans": batch})

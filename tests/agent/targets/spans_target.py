@@ -44,7 +44,7 @@ def main() -> int:
     while not stopping:
         server.handle(range(8))
         if annotate is not None:
-            with annotate.stage("serialize"):
+            with annotate.stage("serialize", request=n):
                 json.dumps({"n": n, "items": list(range(50))})
         n += 1
         time.sleep(0.012)
