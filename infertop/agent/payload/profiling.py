@@ -94,15 +94,17 @@ class _ProfilingMixin:
 
     def _profile_now(self):
         """A window now, out of the cycle (``watch``'s incidents): (started, why not). Never
-        while one is open, before ``start``, or sooner after the last window than its cost
-        allows (``COST_BUDGET``); the cycle goes on from it (``_begin_window``)."""
+        while one is open or before ``start``; sooner after the last window than its cost
+        allows (``COST_BUDGET``), the next window is brought forward to that moment instead.
+        The cycle goes on from it (``_begin_window``)."""
         if not self.started:
             return False, "not started"
         if self.window is not None:
             return False, "a window is open"
         wait = self.extra_not_before - time.monotonic()
         if wait > 0:
-            return False, "the last window's cost: none for %.1f s" % wait
+            self.next_window = min(self.next_window, self.extra_not_before)
+            return False, "the last window's cost: the next one starts in %.1f s" % wait
         self._begin_window()
         if self.window is None:
             return False, "no profiler window could start"
