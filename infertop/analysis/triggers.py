@@ -101,7 +101,9 @@ def parse_rule(text: str) -> Rule:
     if metric == "rate":
         scale = _RATE_UNITS.get(unit)
         if scale is None:
-            raise RuleError(f"trigger {text!r}: a rate needs /s or /min after its number ({RULE_HELP})")
+            raise RuleError(
+                f"trigger {text!r}: a rate needs /s or /min after its number ({RULE_HELP})"
+            )
     else:
         if metric.startswith("p") and not 0 < float(metric[1:]) <= 100:
             raise RuleError(f"trigger {text!r}: {metric} is no percentile ({RULE_HELP})")
@@ -241,7 +243,8 @@ class Triggers:
                 continue  # not a whole window of it yet
             value = rule.value(st.durations(end - w, end), w)
             if value is not None and rule.broken(value):
-                reason = f"{rule.stage}.{rule.metric} {rule.show(value)} {rule.op} {rule.show(rule.threshold)}"
+                seen, limit = rule.show(value), rule.show(rule.threshold)
+                reason = f"{rule.stage}.{rule.metric} {seen} {rule.op} {limit}"
                 return Firing(now, rule.text, reason, rule.stage)
         return None
 
@@ -255,7 +258,8 @@ class Triggers:
                 continue
             current = st.durations(split, end)
             base_s = min(BASELINE_S, history)
-            lo, hi = bisect.bisect_right(st.ends, split - base_s), bisect.bisect_right(st.ends, split)
+            lo = bisect.bisect_right(st.ends, split - base_s)
+            hi = bisect.bisect_right(st.ends, split)
             n_base = hi - lo
             # latency: a spell of slow calls
             if len(current) >= MIN_CALLS_NOW and n_base >= MIN_CALLS_BASE:

@@ -123,10 +123,9 @@ class Watch:
         self.stopping = self.stopping or names.get(signum, f"signal {signum}")
 
     def _install(self) -> dict[int, object]:
-        old = {}
-        for sig, fn in ((signal.SIGUSR1, self._on_usr1), (signal.SIGINT, self._on_stop),
-                        (signal.SIGTERM, self._on_stop), (signal.SIGHUP, self._on_stop)):  # fmt: skip
-            old[sig] = signal.signal(sig, fn)
+        old = {signal.SIGUSR1: signal.signal(signal.SIGUSR1, self._on_usr1)}
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            old[sig] = signal.signal(sig, self._on_stop)
         return old
 
     # -- incidents --------------------------------------------------------------------------
@@ -148,7 +147,9 @@ class Watch:
             faster = getattr(c, "sample_faster", None)  # NVML: readings 5x as often
             if faster is not None:
                 faster(FAST_NVML_S, o.after)
-        self._say(f"incident at {utc(firing.t)}: {firing.reason}; writing {path} for {o.after:g} s more")
+        self._say(
+            f"incident at {utc(firing.t)}: {firing.reason}; writing {path} for {o.after:g} s more"
+        )
 
     def _finish(self, cut: str | None = None) -> None:
         inc, firing = self.incident, self.firing

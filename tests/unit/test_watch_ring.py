@@ -23,6 +23,7 @@ from infertop.model.events import (
 from infertop.record.clock import STARTED
 from infertop.record.reader import read_recording
 from infertop.report.recording import recording_report
+from infertop.report.text import render_markdown, render_text
 from infertop.sources import LiveSource, ReplaySource
 from infertop.watch.ring import EventRing, Incident, event_time, incident_marker
 
@@ -140,6 +141,11 @@ def test_an_incident_is_a_complete_recording_of_before_and_after(tmp_path) -> No
     rep = recording_report(rec, Config(), path=path).report
     forward = next(s for s in rep["stages"] if s["name"] == "forward")
     assert forward["calls"] == len(spans) == 150
+    assert rep["incidents"] == [{"t": T0 + 50, "at_s": 11.0, "trigger": "auto",
+                                 "reason": "forward.p95 80 ms > 2× 60 s p95 (20 ms)"}]  # fmt: skip
+    text = render_text(rep)
+    assert "\nincident at 11.0 s (auto): forward.p95 80 ms > 2× 60 s p95 (20 ms)\n" in text
+    assert "- **incident** at 11.0 s (auto): forward.p95" in render_markdown(rep)
 
 
 def test_the_ring_serves_incident_after_incident(tmp_path) -> None:
