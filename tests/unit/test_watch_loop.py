@@ -12,7 +12,14 @@ import time
 
 from infertop.collect.pyspy import RawSampleWindow
 from infertop.config import Config
-from infertop.model.events import Frame, Marker, SampleWindow, StageSpan, TargetInfo
+from infertop.model.events import (
+    Frame,
+    Marker,
+    SampleWindow,
+    StageSpan,
+    TargetExited,
+    TargetInfo,
+)
 from infertop.record.reader import read_recording
 from infertop.watch.loop import Watch, WatchOptions, incident_path
 
@@ -124,3 +131,23 @@ def test_incident_names_never_overwrite(tmp_path) -> None:
     assert second.endswith("incident-20261202T064543Z-2.infertop")
     open(second + ".part", "w").close()
     assert incident_path(str(tmp_path), t).endswith("-3.infertop")
+
+
+def test_the_target_exiting_ends_watch_and_closes_the_incident_with_the_exit(tmp_path) -> None:
+    w, live, out, err = watch(tmp_path, before=1.0, after=30.0, duration=20.0)
+    poll = live.poll
+    ends = time.time() + 1.0
+
+    def dying() -> list[object]:
+        if time.time() < ends:
+            return poll()
+        return [TargetExited(time.time(), "the target process exited")]
+
+    live.poll = dying  # type: ignore[method-assign]
+    w.manual = True
+    assert w.run() == 0
+    assert "(the target exited)" in err.getvalue().splitlines()[-1]
+    line = out.getvalue().strip()
+    assert line.endswith("(cut short: the target exited)"), line
+    rec = read_recording(line.split("  → ")[1].split(" (")[0])
+    assert isinstance(rec.events[-1], TargetExited)
