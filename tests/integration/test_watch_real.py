@@ -29,9 +29,10 @@ SPELL_LOOP = str(ROOT / "tests/integration/targets/spell_loop.py")
 LINE = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)  (.+)  → (\S+\.infertop)")
 
 
-def start_spell_loop(*spells: str) -> subprocess.Popen[str]:
-    """The target, once it has imported torch (the agent can only be injected from then on)."""
-    proc = start_target([SPELL_LOOP, *spells])
+def start_spell_loop() -> subprocess.Popen[str]:
+    """The target, once it has imported torch (the agent can only be injected from then on);
+    its spells are written to its stdin (``plant``)."""
+    proc = start_target([SPELL_LOOP], stdin=subprocess.PIPE)
     assert proc.stdout is not None
     ready, _, _ = select.select([proc.stdout], [], [], 60)
     assert ready and proc.stdout.readline().strip() == "ready"
@@ -50,12 +51,23 @@ class Lines:
         for line in stream:
             self.lines.append(line.rstrip("\n"))
 
-    def saying(self, text: str) -> bool:
-        return any(text in line for line in self.lines)
-
     def text(self) -> str:
         self._thread.join(5)
         return "\n".join(self.lines)
+
+
+def plant(target: subprocess.Popen[str], stage: str, start: float, length: float) -> None:
+    """A spell of slower ``stage`` calls from unix time ``start`` on, ``length`` s long."""
+    assert target.stdin is not None
+    target.stdin.write(f"{stage}:{start:.3f}:{length:g}\n")
+    target.stdin.flush()
+
+
+def armed(stderr: str, *stages: str) -> bool:
+    """Whether watch said that the auto trigger watches each of ``stages``."""
+    said = [line for line in stderr.splitlines() if line.startswith("auto trigger watching ")]
+    watched = {s for line in said for s in line.split("watching ", 1)[1].split(", ")}
+    return set(stages) <= watched
 
 
 def incidents(stdout: str) -> list[tuple[str, str]]:
@@ -83,37 +95,44 @@ def assert_left_nothing(target: subprocess.Popen[str]) -> None:
 
 
 def test_a_rule_and_the_auto_trigger_each_catch_their_spell(tmp_path) -> None:
-    # preprocess 12x slower 6 s after `base` (the rule's), forward 4x slower 26 s after it
-    # (auto: by then it has 20 s of calls); `base` leaves the target time to start
-    base = time.time() + 10
-    spells = {"preprocess": base + 6, "forward": base + 26}
-    target = start_spell_loop(*(f"{s}:{t:.3f}:4" for s, t in spells.items()))
+    target = start_spell_loop()
     out = tmp_path / "incidents"
+    watch = None
     try:
-        duration = base + 38 - time.time()
-        watch = subprocess.run(
-            INFERTOP + ["watch", str(target.pid), "--out", str(out), "--duration", f"{duration:.1f}",
+        watch = subprocess.Popen(
+            INFERTOP + ["watch", str(target.pid), "--out", str(out), "--duration", "44",
                         "--before", "10", "--after", "5", "--cooldown", "15",
                         "--trigger", "auto", "--trigger", "preprocess.p95>20ms"],
-            capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
         )  # fmt: skip
-        assert watch.returncode == 0, watch.stderr
+        # preprocess 12x slower 12 s in (the rule's), forward 4x slower 34 s in (the auto
+        # trigger's: by then it has over 20 s of calls)
+        began = time.time()
+        spells = {"preprocess": began + 12, "forward": began + 34}
+        for stage, start in spells.items():
+            plant(target, stage, start, 4)
+        stdout, stderr = watch.communicate(timeout=120)
+        assert watch.returncode == 0, stderr
         assert_left_nothing(target)
     finally:
+        if watch is not None and watch.poll() is None:
+            watch.kill()
+            watch.communicate()
         stop_target(target)
-    found = incidents(watch.stdout)
-    assert len(found) == 2, (watch.stdout, watch.stderr)  # nothing before, between or after
+    found = incidents(stdout)
+    assert len(found) == 2, (stdout, stderr)  # nothing before, between or after
     assert sorted(os.listdir(out)) == sorted(os.path.basename(p) for _, p in found)
     (rule_reason, rule_path), (auto_reason, auto_path) = found
     assert re.fullmatch(r"preprocess\.p95 \d+ ms > 20 ms", rule_reason), rule_reason
     assert auto_reason.startswith("forward."), auto_reason  # its p95 (or its rate, halved)
-    assert "auto trigger watching forward, preprocess" in watch.stderr
+    assert armed(stderr, "forward", "preprocess")
     for (reason, path), (stage, start) in zip(found, spells.items()):
         marker = marker_of(path)
         assert marker.text == INCIDENT + reason
         assert marker.extra["trigger"] == ("auto" if stage == "forward" else "preprocess.p95>20ms")
-        # found within 3 s of the spell's start
+        # found within 3 s of the spell's start (about one: the agent sends calls twice a second)
         assert start < marker.t < start + 3, (stage, marker.t - start)
+        print(f"{stage}: found {marker.t - start:.2f} s into its spell; {os.path.getsize(path)} bytes")
         rec = read_recording(path)
         spans = [e for e in rec.events if isinstance(e, StageSpan) and e.stage == stage]
         assert min(s.t_start for s in spans) < start - 5  # the seconds before the spell...
@@ -146,17 +165,18 @@ def test_a_quiet_target_writes_nothing_until_sigusr1_and_sigterm_ends_watch(tmp_
     )  # fmt: skip
     err = Lines(watch.stderr)
     try:
-        until(lambda: err.saying("auto trigger watching forward, preprocess"), 60, "auto to arm")
-        armed = time.monotonic()
+        until(lambda: armed("\n".join(err.lines), "forward", "preprocess"), 60, "auto to arm")
+        since = time.monotonic()
         # quiet: 12 s of the auto trigger watching a steady load, and no incident
-        until(lambda: time.monotonic() > armed + 12 or os.listdir(out), 20, "12 quiet seconds")
+        until(lambda: time.monotonic() > since + 12 or os.listdir(out), 20, "12 quiet seconds")
         assert os.listdir(out) == []
         watch.send_signal(signal.SIGUSR1)
         asked = time.time()
         done = until(lambda: [f for f in os.listdir(out) if f.endswith(".infertop")], 20, "an incident")
         assert not pid_gone(watch.pid)  # it keeps watching
         watch.send_signal(signal.SIGTERM)
-        stdout, _ = watch.communicate(timeout=30)
+        watch.wait(timeout=30)  # (its stderr is read by `err`; stdout holds a line or two)
+        stdout = watch.stdout.read() if watch.stdout else ""
         assert watch.returncode == 0, err.text()
         assert_left_nothing(target)
     finally:

@@ -1,6 +1,7 @@
 """A request loop with planted spells of slow calls, for ``infertop watch``'s tests.
 
     python tests/integration/targets/spell_loop.py [STAGE:START:LENGTH ...]
+    (or the same spells, one a line, on its stdin while it runs)
 
 Each request is ``preprocess`` (~2 ms) then ``forward`` (~10 ms, a small torch op inside),
 both ``@infertop.stage`` annotations (so the agent sees every call on any Python). A spell
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import signal
 import sys
+import threading
 import time
 
 import torch
@@ -49,10 +51,21 @@ def forward(x: torch.Tensor) -> torch.Tensor:
     return torch.relu(x * 2.0 - 3.0)
 
 
+def _spell(text: str) -> None:
+    stage, start, length = text.strip().split(":")
+    SPELLS.append((stage, float(start), float(length)))
+
+
+def _read_spells() -> None:
+    for line in sys.stdin:
+        if line.strip():
+            _spell(line)
+
+
 def main() -> int:
     for arg in sys.argv[1:]:
-        stage, start, length = arg.split(":")
-        SPELLS.append((stage, float(start), float(length)))
+        _spell(arg)
+    threading.Thread(target=_read_spells, name="spells", daemon=True).start()
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     print("ready", flush=True)
