@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 from typing import TYPE_CHECKING
 
 from infertop.commands.base import Command
@@ -134,6 +135,9 @@ def run(args: argparse.Namespace) -> int:
     from infertop.commands.wiring import CollectOptions, build_collectors
     from infertop.watch.loop import Watch, WatchOptions
 
+    # a kill -USR1 that comes while watch starts (pid checks, the collectors) must not end it
+    # (SIGUSR1's default): ignored until the loop takes it over
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     auto, rules = _triggers(args.trigger)
     _positive("--before", args.before, 0.5, 3600)
     _positive("--after", args.after, 0, 3600)

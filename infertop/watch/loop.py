@@ -8,6 +8,7 @@ written is closed with what it has, the agent detached); a second one stops at o
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import sys
 import time
@@ -183,7 +184,7 @@ class Watch:
 
     def _status(self, elapsed: float, now: float) -> str:
         o = self.opts
-        parts = [f"watching pid {self.target.pid} → {o.out_dir}: {elapsed:.0f} s"]
+        parts = [f"watching pid {self.target.pid}: {elapsed:.0f} s"]
         if o.duration:
             parts[0] += f"/{o.duration:g}"
         if self.incident is not None:
@@ -191,10 +192,10 @@ class Watch:
             parts.append(f"writing {os.path.basename(self.incident.path)} ({left:.0f} s to go)")
         else:
             parts.append(self._trigger_state(now))
+        parts.append(f"{len(self.written)} incident" + ("" if len(self.written) == 1 else "s"))
         span = now - self.ring.oldest if self.ring.oldest is not None else 0.0
         parts.append(f"last {min(span, o.before):.0f} s in memory ({_size(self.ring.bytes)})")
-        parts.append(f"{len(self.written)} incident" + ("" if len(self.written) == 1 else "s"))
-        return ", ".join(parts)
+        return ", ".join(parts) + f" → {o.out_dir}"
 
     def _trigger_state(self, now: float) -> str:
         t = self.triggers
@@ -215,8 +216,9 @@ class Watch:
 
     def _progress(self, elapsed: float, now: float) -> None:
         """The status line: rewritten in place on a terminal, else one every STATUS_EVERY_S."""
-        if self._tty:
-            self.err.write("\r\x1b[K" + self._status(elapsed, now))
+        if self._tty:  # one line, cut to the terminal's width (a wrapped one would pile up)
+            width = shutil.get_terminal_size((100, 24)).columns
+            self.err.write("\r\x1b[K" + self._status(elapsed, now)[: max(20, width - 1)])
             self.err.flush()
         elif now - self._last_line_t >= STATUS_EVERY_S:
             print(self._status(elapsed, now), file=self.err, flush=True)

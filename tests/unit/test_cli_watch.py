@@ -14,7 +14,7 @@ from tests.support.cli import run_cli
 
 @pytest.fixture(autouse=True)
 def _signal_handlers_kept() -> Iterator[None]:
-    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)
     saved = [signal.getsignal(s) for s in sigs]
     yield
     for s, handler in zip(sigs, saved):
