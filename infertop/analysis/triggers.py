@@ -42,6 +42,7 @@ MIN_DELTA_MS = 1.0  # a p95 that grew by less than this is noise, whatever the f
 RATE_FACTOR = 0.5  # a call rate below RATE_FACTOR × the baseline's rate
 MIN_EXPECTED_CALLS = 30  # baseline rate × window: fewer and a halved rate is chance
 BASELINE_EVERY_S = 1.0  # the baseline's p95 is computed again at most this often
+BIG_BASELINE = 100_000  # calls: past this many, only every 5 s (sorting them costs ~10 ms)
 MAX_SPANS_PER_STAGE = 500_000  # a defensive bound on what one stage keeps
 
 _RULE = re.compile(
@@ -263,7 +264,8 @@ class Triggers:
             n_base = hi - lo
             # latency: a spell of slow calls
             if len(current) >= MIN_CALLS_NOW and n_base >= MIN_CALLS_BASE:
-                if st.base_p95 is None or now - st.base_at >= BASELINE_EVERY_S:
+                every = BASELINE_EVERY_S * (5 if n_base > BIG_BASELINE else 1)
+                if st.base_p95 is None or now - st.base_at >= every:
                     st.base_p95 = percentile(sorted(st.ms[lo:hi]), 95)
                     st.base_at = now
                 base = st.base_p95
