@@ -20,6 +20,7 @@ examples:
   infertop demo                          live UI on the bundled sample service
   infertop attach 4242                   live UI on a running Python process
   infertop record 4242 -o incident.infertop --duration 60
+  infertop watch 4242 --out incidents/   write incidents/incident-*.infertop when a stage slows
   infertop replay incident.infertop      the same UI on a recording
   infertop report incident.infertop --format json
   infertop merge web1.infertop web2.infertop -o all.infertop   several hosts, one timeline

@@ -8,7 +8,7 @@ to a playhead that plays, pauses and seeks.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from infertop.analysis.session import Session
 from infertop.analysis.stages import StageClassifier
@@ -81,6 +81,8 @@ class LiveSource:
         self.notes = tuple(notes)
         self.writer: RecordingWriter | None = None
         self.recorded: list[str] = []  # every recording this session wrote, in order
+        #: called with each batch ``pump`` moved into the session (``watch``'s ring)
+        self.listeners: list[Callable[[list[Event]], None]] = []
         if record_path:
             self.start_recording(record_path)
 
@@ -105,6 +107,9 @@ class LiveSource:
                     batch.append(ev)
         if batch and self.writer is not None:
             self.writer.write(batch)
+        if batch:
+            for listener in self.listeners:
+                listener(batch)
         return bool(batch)
 
     @property
@@ -121,15 +126,21 @@ class LiveSource:
         self.stop_recording()
         self.writer = RecordingWriter(path)
         self.recorded.append(path)
-        s = self.session
-        prelude: list[Event] = [s.target, StageRules(self.config.stage_rules)]
-        prelude += list(s.processes.values())
-        prelude += [ThreadDef(t, name, s.thread_pid.get(t, 0)) for t, name in s.threads.items()]
-        prelude += [FrameDef(i, f) for i, f in enumerate(s.symbols.frames)]
-        prelude += [StackDef(i, st) for i, st in enumerate(s.symbols.stacks)]
-        prelude += list(s.statuses.values())
+        prelude = self.definitions()
         prelude.append(started_marker(time.time()))  # with the clock anchor (record/clock.py)
         self.writer.write(prelude)
+
+    def definitions(self) -> list[Event]:
+        """Everything defined so far, as events: the target, the stage rules, processes,
+        threads, frames, stacks and collector statuses (what a recording begun now needs)."""
+        s = self.session
+        out: list[Event] = [s.target, StageRules(self.config.stage_rules)]
+        out += list(s.processes.values())
+        out += [ThreadDef(t, name, s.thread_pid.get(t, 0)) for t, name in s.threads.items()]
+        out += [FrameDef(i, f) for i, f in enumerate(s.symbols.frames)]
+        out += [StackDef(i, st) for i, st in enumerate(s.symbols.stacks)]
+        out += list(s.statuses.values())
+        return out
 
     def stop_recording(self) -> None:
         if self.writer is not None:

@@ -94,6 +94,12 @@ class AgentAttach:
             out += inner.poll()
         return out
 
+    def profile_now(self) -> None:
+        """A profiler window now, when the agent is connected (``AgentCollector.profile_now``)."""
+        inner = self._inner
+        if inner is not None:
+            inner.profile_now()
+
     def stop(self) -> None:
         with self._lock:
             self._stop.set()

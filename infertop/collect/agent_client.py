@@ -279,6 +279,10 @@ class AgentCollector:
         self._pending: list[dict[str, Any]] = []  # read along with a reply, not yet handled
         self._broken: _Ended | None = None  # raised once the messages before it are handled
         self._profiling = ""  # the running status once started ("torch.profiler 0.5 s every…")
+        self._asked: queue.SimpleQueue[str] = queue.SimpleQueue()  # commands to send (profile_now)
+        self.no_profile_now = False  # the agent said it has no profile_now (an older agent)
+        #: the agent's answer to the last profile_now: {"started": bool, "reason"?: str}
+        self.profile_now_answer: dict[str, Any] | None = None
 
     # -- Collector protocol -----------------------------------------------------------------
     def start(self) -> None:
@@ -289,6 +293,13 @@ class AgentCollector:
 
     def poll(self) -> list[Event]:
         return drain(self._events)
+
+    def profile_now(self) -> None:
+        """Ask the agent for a profiler window now, out of its cycle (``watch``'s incidents);
+        sent from the connection thread. The agent keeps to its budget: it may say no
+        (``profile_now_answer``); an agent that does not know the command is asked no more."""
+        if not self.no_profile_now:
+            self._asked.put("profile_now")
 
     def stop(self) -> None:
         """Detach (the thread sends ``detach`` and waits briefly for its reply) and close."""
@@ -342,7 +353,36 @@ class AgentCollector:
         while not self._stop.is_set():
             for msg in self._next_messages():
                 self._dispatch(msg)
+            for cmd in drain(self._asked):
+                self._ask(cmd)
         self._detach()
+
+    def _ask(self, cmd: str) -> None:
+        """Send a command whose refusal is an answer, not the end of the session (an older
+        agent answers ``unknown command``); pushed messages meanwhile are dispatched."""
+        if cmd == "profile_now" and self.no_profile_now:
+            return
+        self._send({"v": PROTOCOL, "cmd": cmd})
+        deadline = time.monotonic() + self.reply_timeout
+        while time.monotonic() < deadline and not self._stop.is_set():
+            msgs = self._next_messages()
+            for i, msg in enumerate(msgs):
+                kind = msg.get("type")
+                if kind == "error" or (kind == "ok" and msg.get("cmd") == cmd):
+                    self._pending = msgs[i + 1 :]
+                    self._answered(cmd, msg)
+                    return
+                self._dispatch(msg)
+
+    def _answered(self, cmd: str, msg: dict[str, Any]) -> None:
+        if msg.get("type") == "error":
+            self.no_profile_now = True
+            self.profile_now_answer = {"started": False, "reason": str(msg.get("message", "?"))}
+            state = self._agent_state or "running"
+            note = "this agent has no profile_now (an older agent): no extra window on incidents"
+            self._status(state, f"{self._profiling}; {note}" if self._profiling else note)
+            return
+        self.profile_now_answer = {k: v for k, v in msg.items() if k in ("started", "reason")}
 
     def _detach(self) -> None:
         try:

@@ -102,6 +102,13 @@ class ChildAgents:
             out.append(summary)
         return out
 
+    def profile_now(self) -> None:
+        """A profiler window now in every process that has an agent (``watch``'s incidents)."""
+        with self._lock:
+            attaches = list(self._attaches.values())
+        for attach in attaches:
+            attach.profile_now()
+
     def stop(self) -> None:
         self._stop.set()
         if self._thread is not None:

@@ -275,11 +275,25 @@ class NvmlCollector:
         self._children = children
         self._events: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._stop = threading.Event()
+        self._wake = threading.Event()  # set: read now (stop, or a change of pace)
+        self._fast: tuple[float, float] | None = None  # (interval, until monotonic time)
         self._thread: threading.Thread | None = None
 
     @property
     def available(self) -> bool:
         return self._reader.available
+
+    def sample_faster(self, interval: float, for_s: float) -> None:
+        """Read every ``interval`` seconds for the next ``for_s`` seconds, then at the usual
+        pace again (``watch`` after an incident's trigger); the next reading comes now."""
+        self._fast = (interval, time.monotonic() + for_s)
+        self._wake.set()
+
+    def current_interval(self) -> float:
+        fast = self._fast
+        if fast is not None and time.monotonic() < fast[1]:
+            return min(fast[0], self.interval)
+        return self.interval
 
     def status(self) -> CollectorStatus:
         return self._reader.status(self.interval)
@@ -316,13 +330,15 @@ class NvmlCollector:
             if self._reader.unavailable != known:  # say once what turned out missing
                 known = dict(self._reader.unavailable)
                 self._events.put(self.status())
-            self._stop.wait(self.interval)
+            self._wake.wait(self.current_interval())
+            self._wake.clear()
 
     def poll(self) -> list[object]:
         return drain(self._events)
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
         self._reader.close()

@@ -18,6 +18,7 @@ from infertop.commands import (
     replay,
     report,
     run,
+    watch,
 )
 from infertop.commands.base import Command
 
@@ -25,6 +26,7 @@ COMMANDS: tuple[Command, ...] = (
     attach.COMMAND,
     run.COMMAND,
     record.COMMAND,
+    watch.COMMAND,
     replay.COMMAND,
     report.COMMAND,
     import_.COMMAND,

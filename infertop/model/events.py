@@ -138,6 +138,9 @@ class Marker:
 #: ``MERGED`` once at the head (record/merge.py writes them; process roles and GPU groups read)
 MERGED_INPUT = "merged input"
 MERGED = "recordings merged"
+#: the prefix of the ``Marker`` that ``watch`` puts at an incident's trigger moment
+#: ("incident: forward.p99 312 ms > 250 ms"; its extras: trigger, before_s, after_s)
+INCIDENT = "incident: "
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ from typing import Any
 from infertop.analysis.fold import FlameShape
 from infertop.analysis.snapshot import Snapshot, build_snapshot
 from infertop.config import Config
+from infertop.model.events import INCIDENT
 from infertop.record.reader import Recording
 from infertop.report.build import build_report
 from infertop.report.processes import add_processes
@@ -38,4 +39,11 @@ def recording_report(
     rep = build_report(snap, kind, path if path is not None else rec.path, cfg.findings)
     if processes:
         add_processes(rep, src.session, src.t, cfg.findings)  # None: one process
+    marks = [m for m in src.session.markers if m.text.startswith(INCIDENT)]
+    if marks:  # an incident of `watch` (docs/watch.md): its trigger's moment and reason
+        rep["incidents"] = [
+            {"t": m.t, "at_s": round(m.t - src.t0, 3), "reason": m.text[len(INCIDENT):],
+             "trigger": m.extra.get("trigger")}
+            for m in marks
+        ]  # fmt: skip
     return RecordingReport(rep, src, snap)

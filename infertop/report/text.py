@@ -103,6 +103,10 @@ def render_text(rep: dict[str, Any]) -> str:
         f"{rep['sampling']['rate_hz']:g} Hz   errors: {rep['sampling']['errors']}",
     ]
     out += [f"warning: {w}" for w in rep.get("warnings", [])]
+    out += [
+        f"incident at {i['at_s']:.1f} s ({i['trigger']}): {i['reason']}"
+        for i in rep.get("incidents", [])
+    ]
     if rep.get("target_exited"):
         out.append("the target exited during the session")
     out.append("")
@@ -170,6 +174,10 @@ def render_markdown(rep: dict[str, Any]) -> str:
         f"{rep['sampling']['rate_hz']:g} Hz",
     ]
     out += [f"- **warning:** {w}" for w in rep.get("warnings", [])]
+    out += [
+        f"- **incident** at {i['at_s']:.1f} s ({i['trigger']}): {i['reason']}"
+        for i in rep.get("incidents", [])
+    ]
     out += ["", "## Findings", ""]
     if rep["findings"]:
         for f in rep["findings"]:

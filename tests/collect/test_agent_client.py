@@ -310,6 +310,63 @@ def test_stop_before_start_and_start_twice_are_harmless(agents) -> None:
 
 
 # -- framing --------------------------------------------------------------------------------------
+def test_profile_now_asks_for_a_window_and_its_answer_is_kept(agents) -> None:
+    def script(agent: FakeAgent, conn: socket.socket) -> None:
+        agent.handshake(conn)
+        assert agent.recv(conn)["cmd"] == "profile_now"
+        agent.send(conn, window_message(WINDOWS[0], seq=1))  # pushed before the answer
+        agent.send(conn, {"v": 1, "type": "ok", "cmd": "profile_now", "started": True})
+        assert agent.recv(conn)["cmd"] == "profile_now"
+        agent.send(conn, {"v": 1, "type": "ok", "cmd": "profile_now", "started": False,
+                          "reason": "a window is open"})  # fmt: skip
+        agent.until_detach(conn)
+
+    agent = agents(script)
+    c = AgentCollector(agent.path, AgentConfig())
+    c.start()
+    collect(c, lambda ev: last_state(ev) == "running" and "every" in statuses(ev)[-1].message)
+    c.profile_now()
+    events = collect(c, lambda ev: any(isinstance(e, OpWindow) for e in ev))
+    assert [e for e in events if isinstance(e, OpWindow)] == [WINDOWS[0]]
+    deadline = time.monotonic() + 5
+    while c.profile_now_answer != {"started": True} and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert c.profile_now_answer == {"started": True}
+    c.profile_now()
+    while c.profile_now_answer.get("started") is not False and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert c.profile_now_answer == {"started": False, "reason": "a window is open"}
+    c.stop()
+    assert last_state(c.poll()) == "stopped"
+
+
+def test_an_older_agent_without_profile_now_is_not_broken_by_it(agents) -> None:
+    def script(agent: FakeAgent, conn: socket.socket) -> None:
+        agent.handshake(conn)
+        msg = agent.recv(conn)
+        assert msg["cmd"] == "profile_now"
+        agent.send(conn, {"v": 1, "type": "error", "message": "unknown command 'profile_now'"})
+        agent.send(conn, {"v": 1, "type": "spans", "spans": [[7, "forward", 10.0, 10.05]]})
+        agent.until_detach(conn)  # a second profile_now would end up here: it must not come
+
+    agent = agents(script)
+    c = AgentCollector(agent.path, AgentConfig(period_s=5.0))
+    c.start()
+    collect(c, lambda ev: last_state(ev) == "running" and "every" in statuses(ev)[-1].message)
+    c.profile_now()
+    events = collect(c, lambda ev: any(isinstance(e, StageSpan) for e in ev))
+    said = statuses(events)[-1]
+    assert said.state == "running"  # the session goes on
+    assert said.message.startswith("torch.profiler 0.25 s every 5 s; this agent has no profile_now")
+    assert c.no_profile_now
+    c.profile_now()  # not sent again
+    time.sleep(0.3)
+    c.stop()
+    assert [m["cmd"] for m in agent.received].count("profile_now") == 1
+    assert agent.received[-1]["cmd"] == "detach"
+    assert last_state(c.poll()) == "stopped"
+
+
 def test_frame_reader_reassembles_split_and_joined_frames() -> None:
     frames = b"".join(encode_frame({"v": 1, "type": "status", "n": i}) for i in range(3))
     r = FrameReader()

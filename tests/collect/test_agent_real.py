@@ -91,3 +91,47 @@ def test_windows_from_the_real_agent_and_a_clean_detach(tmp_path: Path) -> None:
             proc.kill()
             proc.wait(10)
 
+
+
+def test_profile_now_starts_a_window_out_of_the_cycle(tmp_path: Path) -> None:
+    """With one window a minute, ``profile_now`` gets the next one now, or as soon as the
+    last window's cost allows, and the cycle goes on from there."""
+    script = tmp_path / "target.py"
+    script.write_text(TARGET)
+    root = str(Path(__file__).resolve().parents[2])
+    proc = subprocess.Popen(
+        [sys.executable, str(script), "40"], stdout=subprocess.PIPE, text=True, cwd=root,
+        env={"PYTHONPATH": root, "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    try:
+        path = proc.stdout.readline().strip() if proc.stdout else ""
+        target = TargetInfo(proc.pid, "python target.py", "3.11", None, time.time())
+        c = AgentCollector(path, AgentConfig(window_s=0.2, period_s=60.0), target=target)
+        c.start()
+        events: list[object] = []
+        deadline = time.monotonic() + 30
+        while not any(isinstance(e, OpWindow) for e in events) and time.monotonic() < deadline:
+            events += c.poll()  # the first window (a probe) starts with the session
+            time.sleep(0.05)
+        assert any(isinstance(e, OpWindow) for e in events), events
+        asked = time.monotonic()
+        c.profile_now()  # asked once
+        while sum(isinstance(e, OpWindow) for e in events) < 2 and time.monotonic() < asked + 15:
+            events += c.poll()
+            time.sleep(0.05)
+        c.stop()
+        windows = [e for e in events if isinstance(e, OpWindow)]
+        answer = c.profile_now_answer
+        assert len(windows) == 2, (answer, [e for e in events if isinstance(e, CollectorStatus)])
+        assert windows[1].t_start - windows[0].t_start < 15  # not the period's 60 s
+        assert {"aten::linear"} <= {n for p in windows[1].paths for n in p.names}
+        assert answer is not None
+        assert answer["started"] or answer["reason"].startswith("the last window's cost: the next")
+        assert proc.poll() is None
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)

@@ -21,7 +21,7 @@ def start_target(args: list[str], **kw) -> subprocess.Popen[str]:
     proc = subprocess.Popen(
         [sys.executable, *args],
         cwd=ROOT,
-        stdin=subprocess.DEVNULL,
+        stdin=kw.pop("stdin", subprocess.DEVNULL),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

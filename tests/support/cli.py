@@ -20,7 +20,7 @@ class Ran(NamedTuple):
 
 def run_cli(*args: str) -> Ran:
     out, err = io.StringIO(), io.StringIO()
-    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)  # watch takes USR1
     saved = [signal.getsignal(s) for s in sigs]  # main() sets its process's handlers
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

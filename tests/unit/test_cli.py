@@ -52,6 +52,9 @@ def assert_one_clear_error(p: Ran, code: int, *needles: str) -> None:
         ["attach", "1", "--record", "f", "--no-inject", "--rate", "50", "--stage", "a=b", "--stage", "c=d:e"],
         ["run", "--record", "f", "--", "python", "x.py", "--flag"],
         ["record", "1", "-o", "f", "--duration", "3", "--no-inject", "--rate", "10", "--stage", "a=b"],
+        ["watch", "1", "2", "--out", "d", "--trigger", "auto", "--trigger", "forward.p99>250ms",
+         "--before", "10", "--after", "5", "--cooldown", "30", "--max-incidents", "3",
+         "--trigger-window", "4", "--duration", "60", "--stage", "a=b", "--children"],
         ["replay", "f"],
         ["report", "f", "--format", "json"],
         ["report", "f", "--format", "markdown"],
@@ -70,14 +73,15 @@ def test_the_whole_command_table_parses(argv: list[str]) -> None:
 
 def test_the_commands_are_registered_in_the_order_help_lists_them() -> None:
     names = [c.name for c in COMMANDS]
-    assert names == ["attach", "run", "record", "replay", "report", "import", "export", "diff",
-                     "merge", "demo"]  # fmt: skip
+    assert names == ["attach", "run", "record", "watch", "replay", "report", "import", "export",
+                     "diff", "merge", "demo"]  # fmt: skip
 
 
 def test_collect_options_of_a_bare_command_line_are_demos() -> None:
     """demo has no collect flags: it runs with CollectOptions(), which must be what a command
     line giving none of those flags means."""
-    for argv in (["attach", "1"], ["record", "1", "-o", "f"], ["run", "--", "x"]):
+    for argv in (["attach", "1"], ["record", "1", "-o", "f"], ["run", "--", "x"],
+                 ["watch", "1", "--out", "d"]):  # fmt: skip
         assert CollectOptions.from_args(build_parser().parse_args(argv)) == CollectOptions()
     args = build_parser().parse_args(
         ["record", "1", "2", "-o", "f", "--no-inject", "--inject", "--rate", "10", "--stage",

@@ -97,6 +97,32 @@ def test_collector_reads_each_tick_and_says_what_is_missing() -> None:
     assert len(statuses) == 2
 
 
+def test_sample_faster_for_a_while_then_the_usual_pace() -> None:
+    lib = FakeNvml("t4_no_gpm_no_nvlink.json", target_pid=os.getpid())
+    col = NvmlCollector(os.getpid(), interval=5.0, lib=lib)
+    col.start()
+    try:
+        col.sample_faster(0.02, for_s=0.5)
+        assert col.current_interval() == 0.02
+        deadline = time.monotonic() + 10
+        readings: list[GpuReading] = []
+        while len(readings) < 10 and time.monotonic() < deadline:
+            readings += [e for e in col.poll() if isinstance(e, GpuReading)]
+            time.sleep(0.01)
+        assert len(readings) >= 10  # at 5 s a reading, this would have taken 45 s
+        deadline = time.monotonic() + 10
+        while col.current_interval() != 5.0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert col.current_interval() == 5.0  # the fast spell is over
+        col.poll()
+        time.sleep(0.3)
+        assert len([e for e in col.poll() if isinstance(e, GpuReading)]) <= 1
+    finally:
+        t = time.monotonic()
+        col.stop()
+        assert time.monotonic() - t < 1.0  # stop wakes the 5 s wait
+
+
 def test_unavailable_collector_starts_no_thread() -> None:
     col = NvmlCollector(1, lib=FakeNvml("h100_pair.json", init_error="LibraryNotFound"))
     col.start()

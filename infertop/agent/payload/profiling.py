@@ -29,6 +29,7 @@ class _ProfilingMixin:
         self.window_deadline = 0.0
         self.next_window = 0.0
         self.events_rate = None  # events/s seen in the last window; None before the first
+        self.extra_not_before = 0.0  # no out-of-cycle window (profile_now) before this
         self.kineto_log = None
         self.kineto_ready = False
         self.experimental_config = None
@@ -91,6 +92,24 @@ class _ProfilingMixin:
         self.window = window
         self.window_deadline = time.monotonic() + self._window_length()
 
+    def _profile_now(self):
+        """A window now, out of the cycle (``watch``'s incidents): (started, why not). Never
+        while one is open or before ``start``; sooner after the last window than its cost
+        allows (``COST_BUDGET``), the next window is brought forward to that moment instead.
+        The cycle goes on from it (``_begin_window``)."""
+        if not self.started:
+            return False, "not started"
+        if self.window is not None:
+            return False, "a window is open"
+        wait = self.extra_not_before - time.monotonic()
+        if wait > 0:
+            self.next_window = min(self.next_window, self.extra_not_before)
+            return False, "the last window's cost: the next one starts in %.1f s" % wait
+        self._begin_window()
+        if self.window is None:
+            return False, "no profiler window could start"
+        return True, None
+
     def _end_window(self, send, full=False):
         window, self.window = self.window, None
         if window is None:
@@ -146,6 +165,8 @@ class _ProfilingMixin:
         period = self.config["period_s"]
         wait = max(period, cost / COST_BUDGET)
         self.next_window = max(self.next_window, window.started_mono + wait)
+        # an out-of-cycle window keeps to the same budget (the period aside)
+        self.extra_not_before = window.started_mono + cost / COST_BUDGET
         if wait > period * 1.05:
             self._status_once(
                 "backoff",

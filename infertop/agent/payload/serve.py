@@ -213,6 +213,12 @@ class _ServingMixin:
                 self._end_window(send=self.client is not None)
             self._stop_collection()
             self._send({"type": "ok", "cmd": "stop"})
+        elif cmd == "profile_now":
+            started, why = self._profile_now()
+            reply = {"type": "ok", "cmd": "profile_now", "started": started}
+            if why:
+                reply["reason"] = why
+            self._send(reply)
         elif cmd == "detach":
             self._send({"type": "ok", "cmd": "detach"})
             self._detach()

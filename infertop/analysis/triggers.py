@@ -1,0 +1,290 @@
+"""The incident triggers of ``infertop watch``: from stage spans to "write an incident now?".
+
+Pure: a ``Triggers`` is fed ``StageSpan`` events (``add``) and asked ``check(now)``; it answers
+a ``Firing`` (which trigger, and why in words) or None. Two kinds (docs/watch.md):
+
+- **auto**: a stage's p95 over the last ``window_s`` (2 s) above 2× its p95 over the 60 s
+  before, or its call rate below half of that 60 s rate. It needs data first: 20 s of the
+  stage's history, enough calls in both windows, at least 3 calls over the threshold (one
+  slow call is not a spell) and a difference of at least 1 ms, so a steady load never fires.
+- **rules** (``parse_rule``): ``forward.p99>250ms``, ``preprocess.p95>40ms``,
+  ``forward.rate<5/s``, evaluated over the last ``window_s``.
+
+At most one firing per ``cooldown_s`` (``note`` counts a manual capture too).
+
+Spans reach infertop in batches (the agent sends them about twice a second), so the windows
+end at the newest span seen rather than at ``now``; when no span comes at all (every stage
+stalled) the end moves on with ``now - LAG_S`` and the rates fall to zero, as they should.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from infertop.analysis.shares import percentile
+from infertop.model.events import StageSpan
+
+#: how far behind ``now`` the spans may be before a window's end stops waiting for them
+LAG_S = 1.0
+#: the auto trigger's baseline: the stage's calls over this many seconds before the window
+BASELINE_S = 60.0
+#: the auto trigger never looks at a stage with less history than this
+MIN_HISTORY_S = 20.0
+AUTO_FACTOR = 2.0  # p95 above AUTO_FACTOR × the baseline's p95
+MIN_CALLS_NOW = 10  # calls in the window before its p95 means anything
+MIN_CALLS_BASE = 50  # calls in the baseline before its p95 means anything
+MIN_SLOW_CALLS = 3  # calls over the threshold: a spell, not one slow call
+MIN_DELTA_MS = 1.0  # a p95 that grew by less than this is noise, whatever the factor
+RATE_FACTOR = 0.5  # a call rate below RATE_FACTOR × the baseline's rate
+MIN_EXPECTED_CALLS = 30  # baseline rate × window: fewer and a halved rate is chance
+BASELINE_EVERY_S = 1.0  # the baseline's p95 is computed again at most this often
+BIG_BASELINE = 100_000  # calls: past this many, only every 5 s (sorting them costs ~10 ms)
+MAX_SPANS_PER_STAGE = 500_000  # a defensive bound on what one stage keeps
+
+_RULE = re.compile(
+    r"^\s*(?P<stage>[A-Za-z_][A-Za-z0-9_.-]*)\.(?P<metric>p\d+(?:\.\d+)?|max|mean|rate)\s*"
+    r"(?P<op>[<>])\s*(?P<value>\d+(?:\.\d*)?|\.\d+)\s*(?P<unit>[^\s\d.]*)\s*$"
+)
+_TIME_UNITS = {"ms": 1.0, "s": 1000.0, "us": 1e-3, "µs": 1e-3}
+_RATE_UNITS = {"/s": 1.0, "/min": 1 / 60.0}
+RULE_HELP = (
+    "a rule is STAGE.METRIC>TIME or STAGE.rate<N/s, e.g. 'forward.p99>250ms', "
+    "'preprocess.p95>40ms', 'forward.rate<5/s' (METRIC: p50, p95, p99, any pNN, max, mean; "
+    "TIME in us, ms or s; rates per /s or /min)"
+)
+
+
+class RuleError(ValueError):
+    """A rule that does not parse; the message says why and what a rule looks like."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """One explicit trigger: ``stage``'s ``metric`` over the window ``op`` ``threshold``
+    (ms for latencies, calls/s for ``rate``)."""
+
+    stage: str
+    metric: str  # "p95" (any percentile), "max", "mean" or "rate"
+    op: str  # ">" or "<"
+    threshold: float
+    text: str  # as the user wrote it (spaces taken out)
+
+    def value(self, durations_ms: list[float], window_s: float) -> float | None:
+        """The metric over one window's calls (sorted durations); None: no calls to say."""
+        if self.metric == "rate":
+            return len(durations_ms) / window_s
+        if not durations_ms:
+            return None
+        if self.metric == "max":
+            return durations_ms[-1]
+        if self.metric == "mean":
+            return sum(durations_ms) / len(durations_ms)
+        return percentile(durations_ms, float(self.metric[1:]))
+
+    def broken(self, value: float) -> bool:
+        return value > self.threshold if self.op == ">" else value < self.threshold
+
+    def show(self, value: float) -> str:
+        return rate_text(value) if self.metric == "rate" else ms_text(value)
+
+
+def parse_rule(text: str) -> Rule:
+    """``'forward.p99>250ms'`` → a ``Rule``; a ``RuleError`` naming what is wrong otherwise."""
+    m = _RULE.match(text)
+    if m is None:
+        raise RuleError(f"cannot read the trigger {text!r}: {RULE_HELP}")
+    stage, metric, op, unit = m["stage"], m["metric"], m["op"], m["unit"]
+    value = float(m["value"])
+    if metric == "rate":
+        scale = _RATE_UNITS.get(unit)
+        if scale is None:
+            raise RuleError(
+                f"trigger {text!r}: a rate needs /s or /min after its number ({RULE_HELP})"
+            )
+    else:
+        if metric.startswith("p") and not 0 < float(metric[1:]) <= 100:
+            raise RuleError(f"trigger {text!r}: {metric} is no percentile ({RULE_HELP})")
+        scale = _TIME_UNITS.get(unit)
+        if scale is None:
+            what = f"unit {unit!r}" if unit else "no unit"
+            raise RuleError(f"trigger {text!r}: {what}; a time needs us, ms or s ({RULE_HELP})")
+    return Rule(stage, metric, op, value * scale, "".join(text.split()))
+
+
+def ms_text(ms: float) -> str:
+    if ms >= 10:
+        return f"{ms:.0f} ms"
+    return f"{ms:.1f} ms" if ms >= 1 else f"{ms:.2f} ms"
+
+
+def rate_text(per_s: float) -> str:
+    return f"{per_s:.0f}/s" if per_s >= 10 else f"{per_s:.1f}/s"
+
+
+@dataclass(frozen=True, slots=True)
+class Firing:
+    """A trigger that fired at ``t``: ``trigger`` names it ("auto", a rule's text, "manual"),
+    ``reason`` says what was seen ("forward.p95 212 ms > 2× 60 s p95 (98 ms)")."""
+
+    t: float
+    trigger: str
+    reason: str
+    stage: str | None = None
+
+
+@dataclass
+class _Stage:
+    """One stage's recent calls, ordered by end: ends (unix s) and durations (ms)."""
+
+    first_end: float
+    ends: list[float] = field(default_factory=list)
+    ms: list[float] = field(default_factory=list)
+    base_p95: float | None = None  # the baseline's p95, as of base_at
+    base_at: float = -math.inf
+
+    def add(self, end: float, ms: float) -> None:
+        if not self.ends or end >= self.ends[-1]:
+            self.ends.append(end)
+            self.ms.append(ms)
+        else:  # a batch of another thread's calls, a little older
+            i = bisect.bisect_right(self.ends, end)
+            self.ends.insert(i, end)
+            self.ms.insert(i, ms)
+        self.first_end = min(self.first_end, end)
+
+    def trim(self, before: float) -> None:
+        n = bisect.bisect_left(self.ends, before)
+        n = max(n, len(self.ends) - MAX_SPANS_PER_STAGE)
+        if n > 0:
+            del self.ends[:n]
+            del self.ms[:n]
+
+    def durations(self, t0: float, t1: float) -> list[float]:
+        """Sorted durations of the calls that ended in (t0, t1]."""
+        lo, hi = bisect.bisect_right(self.ends, t0), bisect.bisect_right(self.ends, t1)
+        return sorted(self.ms[lo:hi])
+
+
+class Triggers:
+    """The auto trigger and the rules over a live session's stage spans (see the module)."""
+
+    def __init__(
+        self,
+        rules: Iterable[Rule] = (),
+        *,
+        auto: bool = True,
+        window_s: float = 2.0,
+        cooldown_s: float = 60.0,
+    ) -> None:
+        self.rules = tuple(rules)
+        self.auto = auto
+        self.window_s = window_s
+        self.cooldown_s = cooldown_s
+        self.stages: dict[str, _Stage] = {}
+        self.newest = -math.inf  # the newest span end seen
+        self.last_fired = -math.inf
+        self._trimmed = -math.inf
+
+    # -- feeding ----------------------------------------------------------------------------
+    def add(self, spans: Iterable[object]) -> None:
+        """Take the stage spans among ``events`` (anything else is ignored)."""
+        for sp in spans:
+            if not isinstance(sp, StageSpan) or not sp.t_end >= sp.t_start:
+                continue
+            st = self.stages.get(sp.stage)
+            if st is None:
+                st = self.stages[sp.stage] = _Stage(sp.t_end)
+            st.add(sp.t_end, (sp.t_end - sp.t_start) * 1000.0)
+            if sp.t_end > self.newest:
+                self.newest = sp.t_end
+
+    def note(self, t: float) -> None:
+        """An incident was written at ``t`` (a manual one too): the cooldown starts again."""
+        self.last_fired = t
+
+    # -- asking -----------------------------------------------------------------------------
+    def end(self, now: float) -> float:
+        """Where the windows end: the newest span, unless it lags ``now`` by over LAG_S."""
+        return min(now, max(self.newest, now - LAG_S))
+
+    def cooling(self, now: float) -> bool:
+        return now - self.last_fired < self.cooldown_s
+
+    def armed(self, now: float) -> list[str]:
+        """The stages the auto trigger watches by now (enough history)."""
+        end = self.end(now) - self.window_s
+        return sorted(n for n, st in self.stages.items() if end - st.first_end >= MIN_HISTORY_S)
+
+    def check(self, now: float) -> Firing | None:
+        """A firing when a trigger holds and the cooldown is over (then it starts again)."""
+        end = self.end(now)
+        if end - self._trimmed >= 1.0:
+            self._trimmed = end
+            keep = end - self.window_s - BASELINE_S - 1.0
+            for st in self.stages.values():
+                st.trim(keep)
+        if self.cooling(now):
+            return None
+        firing = self._rules(now, end) or (self._auto(now, end) if self.auto else None)
+        if firing is not None:
+            self.last_fired = now
+        return firing
+
+    def _rules(self, now: float, end: float) -> Firing | None:
+        w = self.window_s
+        for rule in self.rules:
+            st = self.stages.get(rule.stage)
+            if st is None:
+                continue  # never seen: not a stage of this target (yet)
+            if rule.metric == "rate" and end - st.first_end < w:
+                continue  # not a whole window of it yet
+            value = rule.value(st.durations(end - w, end), w)
+            if value is not None and rule.broken(value):
+                seen, limit = rule.show(value), rule.show(rule.threshold)
+                reason = f"{rule.stage}.{rule.metric} {seen} {rule.op} {limit}"
+                return Firing(now, rule.text, reason, rule.stage)
+        return None
+
+    def _auto(self, now: float, end: float) -> Firing | None:
+        w = self.window_s
+        split = end - w
+        for name in sorted(self.stages):
+            st = self.stages[name]
+            history = split - st.first_end
+            if history < MIN_HISTORY_S:
+                continue
+            current = st.durations(split, end)
+            base_s = min(BASELINE_S, history)
+            lo = bisect.bisect_right(st.ends, split - base_s)
+            hi = bisect.bisect_right(st.ends, split)
+            n_base = hi - lo
+            # latency: a spell of slow calls
+            if len(current) >= MIN_CALLS_NOW and n_base >= MIN_CALLS_BASE:
+                every = BASELINE_EVERY_S * (5 if n_base > BIG_BASELINE else 1)
+                if st.base_p95 is None or now - st.base_at >= every:
+                    st.base_p95 = percentile(sorted(st.ms[lo:hi]), 95)
+                    st.base_at = now
+                base = st.base_p95
+                p95 = percentile(current, 95)
+                limit = AUTO_FACTOR * base
+                slow = len(current) - bisect.bisect_right(current, limit)
+                if p95 > limit and p95 - base >= MIN_DELTA_MS and slow >= MIN_SLOW_CALLS:
+                    reason = (
+                        f"{name}.p95 {ms_text(p95)} > {AUTO_FACTOR:g}× {base_s:.0f} s p95 "
+                        f"({ms_text(base)})"
+                    )
+                    return Firing(now, "auto", reason, name)
+            # rate: calls that stopped coming
+            base_rate = n_base / base_s
+            rate = len(current) / w
+            if base_rate * w >= MIN_EXPECTED_CALLS and rate < RATE_FACTOR * base_rate:
+                reason = (
+                    f"{name}.rate {rate_text(rate)} < ½ of its {base_s:.0f} s rate "
+                    f"({rate_text(base_rate)})"
+                )
+                return Firing(now, "auto", reason, name)
+        return None
