@@ -1,0 +1,80 @@
+"""``watch --trigger auto`` on the slow calls' workload (tests/agent/targets/pauses_target.py on
+Python 3.12, stage rules given): a rare slow path inside the tokenizer stage, a full GC every
+half second and an event loop blocked 80 ms a second all the time, and a 4 s spell of 4x slower
+forwards in one of two twins. The twin with the spell gets exactly one incident, covering it;
+the quiet twin, watched for a minute, none."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from infertop.model.events import INCIDENT, Marker, StageSpan
+from infertop.record.reader import read_recording
+
+from .helpers import INFERTOP, ROOT, stop_target, until
+
+pytestmark = pytest.mark.slow
+PY312 = Path("/root/.pyenv/versions/3.12.1/bin/python")
+TARGET = ROOT / "tests" / "agent" / "targets" / "pauses_target.py"
+RULES = ["--stage", "preprocess=encode_batch", "--stage", "forward=*pauses_target.py:forward"]
+
+
+def _status(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _target(status: Path, spell_at: float) -> subprocess.Popen[str]:
+    args = [str(PY312), str(TARGET), "--status", str(status), "--forward-ms", "8"]
+    if spell_at:
+        args += ["--spell-at", str(spell_at), "--spell-s", "4", "--spell-factor", "4"]
+    proc = subprocess.Popen(args, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    until(lambda: _status(status).get("n", 0) > 5, 60, f"pid {proc.pid}'s first status")
+    return proc
+
+
+def _watch(pid: int, out: Path, seconds: int) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        INFERTOP + ["watch", str(pid), "--out", str(out), "--duration", str(seconds), *RULES],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+
+
+@pytest.mark.skipif(not PY312.exists(), reason=f"needs Python 3.12 for sys.monitoring ({PY312})")
+def test_auto_catches_the_spell_once_and_a_quiet_minute_raises_nothing(tmp_path: Path) -> None:
+    spelled, quiet = tmp_path / "spelled.json", tmp_path / "quiet.json"
+    a = _target(spelled, spell_at=34)  # 30 s or so into its watch: past the auto trigger's 20 s
+    b = _target(quiet, spell_at=0)
+    watches = []
+    try:
+        watches = [_watch(a.pid, tmp_path / "a", 48), _watch(b.pid, tmp_path / "b", 60)]
+        outs = [w.communicate(timeout=180) for w in watches]
+        spell = _status(spelled)["spell"]
+    finally:
+        for w in watches:
+            if w.poll() is None:
+                w.kill()
+                w.communicate()
+        for p in (a, b):
+            stop_target(p)
+    for w, (_, err) in zip(watches, outs):
+        assert w.returncode == 0, err
+    (a_out, a_err), (b_out, b_err) = outs
+    assert b_out.strip() == "" and not list((tmp_path / "b").glob("*.infertop")), (b_out, b_err)
+    lines = a_out.strip().splitlines()
+    assert len(lines) == 1, (a_out, a_err)
+    (path,) = (tmp_path / "a").glob("incident-*.infertop")
+    rec = read_recording(str(path))
+    marker = next(e for e in rec.events if isinstance(e, Marker) and e.text.startswith(INCIDENT))
+    assert spell[0] < marker.t < spell[0] + 3, (marker.t - spell[0])
+    assert "forward" in marker.text, marker.text
+    spans = [e for e in rec.events if isinstance(e, StageSpan) and e.stage == "forward"]
+    first, last = min(s.t_start for s in spans), max(s.t_end for s in spans)
+    assert first < spell[0] and last > spell[1], (first - spell[0], last - spell[1])  # covers it
