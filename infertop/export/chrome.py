@@ -39,6 +39,7 @@ from infertop.export.samples import SampleTimeline
 from infertop.model.events import (
     AllocatorReading,
     CollectorStatus,
+    Event,
     FrameDef,
     Marker,
     OpWindow,
@@ -127,7 +128,14 @@ def export_chrome_recording(path: str, out: str, config: Config | None = None) -
     stream = RecordingStream(path)
     defined: dict[int, ProcessDef] = {}
     gpus = GpuGroups()
-    t0, recorded_rules, target = scan_recording(stream, defined, gpus.observe)
+    threads: dict[int, ThreadDef] = {}  # each thread's first definition
+
+    def observe(ev: Event) -> None:
+        gpus.observe(ev)
+        if isinstance(ev, ThreadDef):
+            threads.setdefault(ev.tid, ev)
+
+    t0, recorded_rules, target = scan_recording(stream, defined, observe)
     classifier = StageClassifier(tuple(cfg.stage_rules) + tuple(recorded_rules))
     pid = target.pid if target.pid is not None and 0 < target.pid < GPU_PID_OFFSET else 1
     gpu_pid = pid + GPU_PID_OFFSET
@@ -142,6 +150,9 @@ def export_chrome_recording(path: str, out: str, config: Config | None = None) -
         own = defined.get(target.pid) if target.pid is not None else None
         _metadata(emit, pid, gpu_pid, target, own.cmdline if own is not None else None)
         tracks = _Tracks(emit, pid)
+        procs = _Processes(emit, pid, ns)
+        for ev in threads.values():  # known from the first pass: events before a thread's
+            _define_thread(tracks, procs, ev)  # definition go to its tracks, named after it
         symbols = SymbolTable()
         frames, stacks = symbols.frames, symbols.stacks
         timeline = SampleTimeline(
@@ -154,7 +165,6 @@ def export_chrome_recording(path: str, out: str, config: Config | None = None) -
             tracks.thread,
             tracks.pid_of,
         )
-        procs = _Processes(emit, pid, ns)
 
         def gpu_of(index: int) -> int:  # the GPU group a device's NVML counters go in
             return procs.gpu_group(procs.chrome_pid(owners.get(index, pid)))
@@ -172,9 +182,7 @@ def export_chrome_recording(path: str, out: str, config: Config | None = None) -
                 case FrameDef() | StackDef():
                     symbols.learn(ev)
                 case ThreadDef():  # --children: which process, too
-                    tracks.names[ev.tid] = f"pid {ev.pid} {ev.name}" if ev.pid else ev.name
-                    if ev.pid:
-                        tracks.owner[ev.tid] = procs.chrome_pid(ev.pid)
+                    _define_thread(tracks, procs, ev)
                 case ProcessDef():
                     procs.define(ev)
                 case StageSpan():
@@ -301,6 +309,13 @@ class _Processes:
                 self.emit, pid, OPS_TRACK, gpu, KERNELS, COPIES, self.ns
             )
         return layout
+
+
+def _define_thread(tracks: _Tracks, procs: _Processes, ev: ThreadDef) -> None:
+    """A thread's name (with --children, its process's pid first) and Chrome process."""
+    tracks.names[ev.tid] = f"pid {ev.pid} {ev.name}" if ev.pid else ev.name
+    if ev.pid:
+        tracks.owner[ev.tid] = procs.chrome_pid(ev.pid)
 
 
 def _metadata(
