@@ -42,7 +42,12 @@ def lag_totals(lag: LoopLagSummary, width: int) -> str:
     p99, top = f"{lag.p99_ms:.0f} ms", f"{lag.max_ms:.0f} ms"
     loops = f" ({lag.loops} loops)" if lag.loops > 1 else ""
     return _fit(
-        [f"p99 {p99}, max {top}{loops}", f"p99 {p99}, max {top}", f"p99 {p99} max {top}", f"p99 {p99}"],
+        [
+            f"p99 {p99}, max {top}{loops}",
+            f"p99 {p99}, max {top}",
+            f"p99 {p99} max {top}",
+            f"p99 {p99}",
+        ],
         width,
     )
 
@@ -63,10 +68,12 @@ def pause_rows(snapshot: Snapshot, name_w: int, totals_w: int, spark_w: int) -> 
     if pauses is None:
         return []
     rows: list[Text] = []
+    gc_ms = history.gc_ms if history else ()
+    lag_ms = history.lag_ms if history else ()
     series = [
-        ("gc", GC_COLOR, pauses.gc, gc_totals, history.gc_ms if history else (), 0.0),
-        ("loop lag", LAG_COLOR, pauses.event_loop, lag_totals, history.lag_ms if history else (), LAG_SHOWN_MS),
-    ]  # fmt: skip
+        ("gc", GC_COLOR, pauses.gc, gc_totals, gc_ms, 0.0),
+        ("loop lag", LAG_COLOR, pauses.event_loop, lag_totals, lag_ms, LAG_SHOWN_MS),
+    ]
     for name, color, summary, totals, values, floor in series:
         if summary is None:
             continue
