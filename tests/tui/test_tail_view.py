@@ -88,6 +88,10 @@ async def test_the_flame_is_the_slow_calls_coloured_against_the_typical_ones() -
         assert flame.base is not None and flame.base.total == 260  # the typical calls'
         colour = flame._colour()
         assert colour is not None and colour(node) == diff_color(0.94)  # grew the most: red
+        # a function is one call path whatever line its caller is at (as the base is matched):
+        # encode_batch, at the line calling rare_slow_path and at the other, is all its calls
+        lines = [n for n in _walk(flame.root) if n.frame and n.frame.function == "encode_batch"]
+        assert len(lines) == 2 and {colour(n) for n in lines} == {diff_color(0.0)}
         assert flame.reveal(node.frame)
         await pilot.pause(0.1)
         detail = str(screen.query_one("#tail-detail").render())

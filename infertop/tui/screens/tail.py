@@ -192,8 +192,9 @@ class TailScreen(ModalScreen[None]):
         crumb = breadcrumb(flame.zoom, max(8, width - len(head) - len(share)))
         self.query_one("#tail-flame-header", Static).update(Text(head + crumb + share))
         detail = frame_detail(
-            flame.selected, root, zoom if flame.zoom else None, False, width, flame.base, "typical"
-        )
+            flame.selected, root, zoom if flame.zoom else None, False, width, flame.base,
+            "typical", flame.own_shares,
+        )  # fmt: skip
         self.query_one("#tail-detail", Static).update(detail)
 
     def on_flame_list_changed(self, event: FlameList.Changed) -> None:
