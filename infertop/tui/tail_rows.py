@@ -184,8 +184,9 @@ def slowest_lines(
         row.append(f"{c.duration_ms:8.1f} ms", style="bold")
         row.append("  " + _cut(names.get(c.tid) or f"thread {c.tid}", max(4, width - 24)))
         out.append(row)
-    if tail.slow_calls > min(limit, len(tail.slowest)):
-        out.append(Text(f"  … {tail.slow_calls - min(limit, len(tail.slowest))} more", style="dim"))
+    shown = min(limit, len(tail.slowest))
+    if tail.slow_calls > shown:
+        out.append(Text(f"  … {tail.slow_calls - shown} more", style="dim"))
     return out
 
 

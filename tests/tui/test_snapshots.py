@@ -7,8 +7,8 @@ shown.
 Recordings: the recorded textgen sample (``tests/data/recordings/``), a recording with two GPUs'
 NVML readings made from the fixtures (``gpu_data``), two real traces imported as a directory
 of ranks, committed (the processes screen), and a recording with GC pauses, event-loop lag and
-call samples (the stage panel's pause rows, the tail view). Textual is pinned in requirements-dev.txt, since its
-renderer draws the pixels. An intended change of look is accepted by regenerating them:
+call samples (the stage panel's pause rows, the tail view). Textual is pinned in
+requirements-dev.txt, since its renderer draws the pixels. An intended change of look is accepted by regenerating them:
 ``INFERTOP_UPDATE_SNAPSHOTS=1 python -m pytest tests/tui/test_snapshots.py``."""
 
 from __future__ import annotations
