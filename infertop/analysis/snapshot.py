@@ -19,6 +19,7 @@ from infertop.analysis.ops import (
     gpu_work,
     ops_table,
 )
+from infertop.analysis.pause_history import PauseHistory, pause_history
 from infertop.analysis.pauses import PauseSummary
 from infertop.analysis.processes.shares import exit_times
 from infertop.analysis.processes.view import (
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
     from infertop.analysis.findings import Finding
     from infertop.analysis.flame_diff import BaseShares
     from infertop.analysis.processes.table import ProcessRow
+    from infertop.analysis.tail_view import TailView
 
 
 @dataclass(frozen=True)
@@ -116,6 +118,12 @@ class Snapshot:
     tails: tuple[StageTail, ...] = ()
     #: requests named by ``infertop.stage(..., request=ID)``, with ``tails`` only
     requests: RequestSummary | None = None
+    #: GC pause time and the worst event-loop lag per window of ``history`` (the stage
+    #: panel's pause rows); None: no pause or heartbeat in those windows
+    pause_history: PauseHistory | None = None
+    #: the tail view's flames and thread names: filled in by the UI's ingest worker while the
+    #: view is open (None: not asked for)
+    tail_view: TailView | None = None
 
     @property
     def duration_s(self) -> float:
@@ -199,6 +207,24 @@ class SnapshotCaches:
     gpu: GpuAccumulator = field(default_factory=GpuAccumulator)
     processes: ProcessFilter = field(default_factory=ProcessFilter)
     shapes: ShaperCache = field(default_factory=ShaperCache)
+
+
+def _pause_history(
+    session: Session, t: float | None, shown: list[WindowSummary], process: int | None
+) -> PauseHistory | None:
+    if not session.gc_pauses and not session.loop_lags:
+        return None
+    gc = session.gc_pauses if t is None else [p for p in session.gc_pauses if p.t_end <= t]
+    lags = session.loop_lags if t is None else [x for x in session.loop_lags if x.t <= t]
+    keep = None
+    if process is not None:  # one process's pauses (an agent's own pid 0: the target's)
+        target = session.target.pid
+
+        def keep(pid: int) -> bool:
+            return pid == process or (pid == 0 and process == target)
+
+    windows = [(w.window.t_start, w.window.t_end) for w in shown]
+    return pause_history(gc, lags, windows, keep)
 
 
 def build_snapshot(
@@ -348,6 +374,7 @@ def build_snapshot(
         wall_measured=wall_measured,
         shape=shape,
         pauses=session_pauses(session, t, duration),
+        pause_history=_pause_history(session, t, shown[-history:], process),
         tails=session_tails(session, t, tails) if tails is not None else (),
         requests=summarize_requests(session.spans_between(None, t)) if tails is not None else None,
     )

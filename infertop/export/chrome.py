@@ -11,12 +11,14 @@ process, named by ``process_name`` metadata):
   - ``stage · THREAD``: the stage of each moment of that thread;
   - ``stage calls · THREAD``: timed stage calls (``infertop.stage``, agent-timed functions);
   - ``annotations · THREAD``: ``record_function`` ranges (``ProfilerStep#N`` ...);
+  - ``GC · THREAD``: the garbage collections on that thread (``pauses.py``);
   - ``torch ops (per-window aggregate)``: each profiler window's op call tree (``oplayout.py``).
 In a second group per process with op windows, ``GPU`` (``GPU · pid N`` for the others):
 kernels and memcpy/memset per window, with arrows from the ops that launched them, and the
 CUDA-allocator readings as counters. Each GPU's NVML readings are counters in the GPU group of
 the process using it (``gpu_groups.py``; one process: all in ``GPU``). Collector health,
-markers and findings (per minute) are instant events.
+markers and findings (per minute) are instant events; each asyncio event loop's lag is a
+counter in its process.
 """
 
 from __future__ import annotations
@@ -34,12 +36,16 @@ from infertop.export.gpu_groups import GpuGroups
 from infertop.export.jsonout import TraceEventWriter, us
 from infertop.export.lanes import EndOrderedLanes, StartOrderedLanes
 from infertop.export.oplayout import OpLayout
+from infertop.export.pauses import PauseEvents
 from infertop.export.prelude import ExportResult, scan_recording
 from infertop.export.samples import SampleTimeline
 from infertop.model.events import (
     AllocatorReading,
     CollectorStatus,
+    Event,
     FrameDef,
+    GcPause,
+    LoopLag,
     Marker,
     OpWindow,
     ProcessDef,
@@ -55,7 +61,9 @@ from infertop.model.symbols import SymbolTable
 from infertop.record.stream import RecordingStream
 
 # synthetic thread ids (Linux tids are below 2**22; trace viewers keep tids as 32-bit)
-STAGE, CALLS, ANNOT = 0x10000000, 0x20000000, 0x30000000
+STAGE, CALLS, ANNOT, GC = 0x10000000, 0x20000000, 0x30000000, 0x50000000
+#: the lane tracks of a thread: their name and place after the thread's own two tracks
+LANE_TRACKS = {CALLS: ("stage calls", 2), ANNOT: ("annotations", 3), GC: ("GC", 4)}
 LANE_SHIFT = 22
 OPS_TRACK = 0x3F000000
 KERNELS, COPIES = 1, 2
@@ -111,12 +119,12 @@ class _Tracks:
 
     def lane(self, kind: int, tid: int, lane: int) -> int:
         track = kind | (lane << LANE_SHIFT) | (tid & ((1 << LANE_SHIFT) - 1))
-        label = "stage calls" if kind == CALLS else "annotations"
+        label, place = LANE_TRACKS[kind]
         extra = f" ({lane + 1})" if lane else ""
         self.name_track(
             track,
             f"{label} · {self.thread_name(tid)}{extra}",
-            self._order(tid) + (2 if kind == CALLS else 3),
+            self._order(tid) + place,
             self.pid_of(tid),
         )
         return track
@@ -127,7 +135,14 @@ def export_chrome_recording(path: str, out: str, config: Config | None = None) -
     stream = RecordingStream(path)
     defined: dict[int, ProcessDef] = {}
     gpus = GpuGroups()
-    t0, recorded_rules, target = scan_recording(stream, defined, gpus.observe)
+    threads: dict[int, ThreadDef] = {}  # each thread's first definition
+
+    def observe(ev: Event) -> None:
+        gpus.observe(ev)
+        if isinstance(ev, ThreadDef):
+            threads.setdefault(ev.tid, ev)
+
+    t0, recorded_rules, target = scan_recording(stream, defined, observe)
     classifier = StageClassifier(tuple(cfg.stage_rules) + tuple(recorded_rules))
     pid = target.pid if target.pid is not None and 0 < target.pid < GPU_PID_OFFSET else 1
     gpu_pid = pid + GPU_PID_OFFSET
@@ -142,6 +157,9 @@ def export_chrome_recording(path: str, out: str, config: Config | None = None) -
         own = defined.get(target.pid) if target.pid is not None else None
         _metadata(emit, pid, gpu_pid, target, own.cmdline if own is not None else None)
         tracks = _Tracks(emit, pid)
+        procs = _Processes(emit, pid, ns)
+        for ev in threads.values():  # known from the first pass: events before a thread's
+            _define_thread(tracks, procs, ev)  # definition go to its tracks, named after it
         symbols = SymbolTable()
         frames, stacks = symbols.frames, symbols.stacks
         timeline = SampleTimeline(
@@ -154,7 +172,13 @@ def export_chrome_recording(path: str, out: str, config: Config | None = None) -
             tracks.thread,
             tracks.pid_of,
         )
-        procs = _Processes(emit, pid, ns)
+
+        def thread_pid(tid: int, own: int) -> int:  # a pause's process: its thread's, else its own
+            return tracks.pid_of(tid) if tid in tracks.owner or not own else procs.chrome_pid(own)
+
+        pauses = PauseEvents(
+            emit, ns, lambda tid, lane: tracks.lane(GC, tid, lane), thread_pid, tracks.thread_name
+        )
 
         def gpu_of(index: int) -> int:  # the GPU group a device's NVML counters go in
             return procs.gpu_group(procs.chrome_pid(owners.get(index, pid)))
@@ -172,13 +196,15 @@ def export_chrome_recording(path: str, out: str, config: Config | None = None) -
                 case FrameDef() | StackDef():
                     symbols.learn(ev)
                 case ThreadDef():  # --children: which process, too
-                    tracks.names[ev.tid] = f"pid {ev.pid} {ev.name}" if ev.pid else ev.name
-                    if ev.pid:
-                        tracks.owner[ev.tid] = procs.chrome_pid(ev.pid)
+                    _define_thread(tracks, procs, ev)
                 case ProcessDef():
                     procs.define(ev)
                 case StageSpan():
                     _span(emit, tracks, tracks.pid_of(ev.tid), ev, ns)
+                case GcPause():
+                    pauses.gc(ev)
+                case LoopLag():
+                    pauses.lag(ev)
                 case OpWindow():
                     p = procs.chrome_pid(ev.pid)
                     procs.ops(p, tracks).window(ev)
@@ -233,7 +259,7 @@ def export_chrome_recording(path: str, out: str, config: Config | None = None) -
             counters.findings(emit, pid, done, ns)
         dropped = sum(l.dropped for l in tracks.span_lanes.values()) + sum(
             l.dropped for l in tracks.annot_lanes.values()
-        )
+        ) + pauses.dropped
         other: dict[str, Any] = {
             "exporter": f"infertop {__version__}",
             "source": os.path.abspath(path),
@@ -301,6 +327,13 @@ class _Processes:
                 self.emit, pid, OPS_TRACK, gpu, KERNELS, COPIES, self.ns
             )
         return layout
+
+
+def _define_thread(tracks: _Tracks, procs: _Processes, ev: ThreadDef) -> None:
+    """A thread's name (with --children, its process's pid first) and Chrome process."""
+    tracks.names[ev.tid] = f"pid {ev.pid} {ev.name}" if ev.pid else ev.name
+    if ev.pid:
+        tracks.owner[ev.tid] = procs.chrome_pid(ev.pid)
 
 
 def _metadata(

@@ -33,6 +33,7 @@ from infertop.tui.ingest import (
     SetFlameShape,
     SetProcess,
     SetStageFilter,
+    SetTails,
     SetTimeView,
     StartRecording,
     StopRecording,
@@ -43,6 +44,7 @@ from infertop.tui.palette import human_bytes
 from infertop.tui.screens.findings import FindingsScreen, Jump
 from infertop.tui.screens.help import HelpScreen
 from infertop.tui.screens.processes import ProcessesScreen
+from infertop.tui.screens.tail import TailScreen
 from infertop.tui.widgets.flame import VIEW_TITLES, VIEWS, FlameList, FlamePanel
 from infertop.tui.widgets.gpu import GpuPanel
 from infertop.tui.widgets.stages import StagePanel
@@ -111,6 +113,15 @@ class InfertopApp(App[None]):
             "Findings",
             "findings: ranked bottlenecks with evidence and fix; enter goes to the frame or op",
             show=False,  # the footer is full at 80 columns: the flame panel's corner shows it
+        ),
+        _b(
+            "l",
+            "tail",
+            "Tail",
+            "tail view: a stage's slow calls against its typical ones — the frames they have "
+            "more of, the slowest calls, what they overlapped (GC, GIL, queue, sync, our own "
+            "profiler), the slow-vs-typical flame; s: next stage",
+            show=False,
         ),
         _b("g", "next_gpu", "GPU", "GPU panel: next GPU (the target's GPUs come first)", show=False),
         _b(
@@ -207,6 +218,9 @@ class InfertopApp(App[None]):
         try:
             self.query_one(StatusLine).show(snap)
             frozen = self.paused and self.displayed is not None
+            screen = self.screen
+            if isinstance(screen, TailScreen) and (not frozen or not screen.tails):
+                screen.show(snap)  # paused: the view keeps its picture once it has one
             same = frozen and snap.stage_filter == self.displayed.stage_filter  # type: ignore[union-attr]
             if same and snap.view == self.displayed.view:  # type: ignore[union-attr]
                 return  # paused: collection goes on, the panels keep their picture
@@ -219,7 +233,10 @@ class InfertopApp(App[None]):
 
     def _show_panels(self, snap: Snapshot) -> None:
         self.displayed = snap
-        self.query_one(StagePanel).show(snap)
+        stages = self.query_one(StagePanel)
+        stages.show(snap)
+        # timed stage calls: their slow ones are explained in the tail view
+        stages.border_subtitle = "l: slow calls" if any(s.latency_ms for s in snap.totals) else ""
         self.query_one(GpuPanel).show(snap)
         self.query_one(FlamePanel).show(snap)
         if self.replay:
@@ -397,6 +414,18 @@ class InfertopApp(App[None]):
                 f"{jump.describe()} is not in this view (clear the stage filter with s)",
                 markup=False,
             )
+
+    # -- the tail view ---------------------------------------------------------------------------
+    def action_tail(self) -> None:
+        """Open the tail view; the worker computes the tails only while it is open."""
+        if isinstance(self.screen, TailScreen):
+            self.pop_screen()
+            return
+        self.worker.send(SetTails(True))
+        self.push_screen(TailScreen(self.displayed, self.stage_filter), self._tail_closed)
+
+    def _tail_closed(self, _result: object) -> None:
+        self.worker.send(SetTails(False))
 
     def action_toggle_flame(self) -> None:
         panel = self.query_one(StagePanel)

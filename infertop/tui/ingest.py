@@ -22,6 +22,7 @@ from infertop.analysis.fold import FlameShape
 from infertop.analysis.live_findings import StragglerCheck, with_findings
 from infertop.analysis.processes.table import process_rows
 from infertop.analysis.snapshot import ReplayState, Snapshot, SnapshotCaches, build_snapshot
+from infertop.analysis.tail_view import tail_view
 from infertop.sources import LiveSource, ReplaySource, Source
 from infertop.tui.messages import IngestError, RecordingChanged, SnapshotReady
 
@@ -70,6 +71,11 @@ class SetFlameShape:
 
 
 @dataclass(frozen=True)
+class SetTails:
+    on: bool  # the tail view is open: compute each stage's tail (a join of samples to calls)
+
+
+@dataclass(frozen=True)
 class StartRecording:
     path: str
 
@@ -86,7 +92,7 @@ class _Stop:
 
 Command = (
     SeekTo | SeekBy | TogglePlay | ScaleSpeed | SetStageFilter | StartRecording | StopRecording
-    | SetProcess | SetTimeView | SetFlameShape
+    | SetProcess | SetTimeView | SetFlameShape | SetTails
 )
 
 
@@ -119,6 +125,7 @@ class IngestWorker:
         self._time_view = "wall"
         self._process: int | None = None
         self._shape = FlameShape(patterns=source.config.fold_frames)
+        self._tails = False  # the tail view is open (SetTails)
         self._base = base  # replay --base: the differential flame's reference
         self._stragglers = StragglerCheck()
         self._error: str | None = None
@@ -248,7 +255,17 @@ class IngestWorker:
             notes=notes,
             view=self._time_view,
             shape=self._shape,
+            tails=dict(src.config.slow_ms) if self._tails else None,
         )
+        if self._tails:  # the tail view's flames, of the same shape as the main flame
+            session = src.session
+            stacks = session.symbols.stack_frames
+            frames_of = self._caches.shapes.get(id(session), self._shape, stacks)
+            samples = session.call_samples
+            view = tail_view(
+                snap.tails, frames_of, session.stage_of, session.threads, samples.n, samples.rate_hz
+            )
+            snap = replace(snap, tail_view=view)
         if self._base is not None:  # its shares under the same shape and filter, built once
             shares = self._base.shares(self._shape, self._stage_filter)
             snap = replace(snap, base=shares, base_path=self._base.path)
@@ -270,6 +287,8 @@ class IngestWorker:
             self._process = cmd.pid
         elif isinstance(cmd, SetFlameShape):
             self._shape = replace(self._shape, fold=cmd.fold, lines=cmd.lines)
+        elif isinstance(cmd, SetTails):
+            self._tails = cmd.on
         elif isinstance(cmd, (StartRecording, StopRecording)):
             if not self.replay:
                 self._apply_recording(cmd)

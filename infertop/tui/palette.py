@@ -18,6 +18,10 @@ STAGE_COLORS: dict[str, str] = {
     "idle": "#6c6c6c",
 }
 
+#: The stage panel's pause rows: garbage collections and event-loop lag (apart from any stage).
+GC_COLOR = "#ff875f"
+LAG_COLOR = "#d7afd7"
+
 #: Colours for user-defined stages, picked by a stable hash of the name.
 _FALLBACK = ("#ff87d7", "#e0e070", "#ffaf87", "#87d7af", "#d7875f", "#8fa8ff")
 

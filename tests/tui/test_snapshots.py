@@ -5,9 +5,10 @@ failure the new image is written to the test's temporary folder and the screen's
 shown.
 
 Recordings: the recorded textgen sample (``tests/data/recordings/``), a recording with two GPUs'
-NVML readings made from the fixtures (``gpu_data``), and two real traces imported as a directory
-of ranks, committed (the processes screen). Textual is pinned in requirements-dev.txt, since its
-renderer draws the pixels. An intended change of look is accepted by regenerating them:
+NVML readings made from the fixtures (``gpu_data``), two real traces imported as a directory
+of ranks, committed (the processes screen), and a recording with GC pauses, event-loop lag and
+call samples (the stage panel's pause rows, the tail view). Textual is pinned in
+requirements-dev.txt, since its renderer draws the pixels. An intended change of look is accepted by regenerating them:
 ``INFERTOP_UPDATE_SNAPSHOTS=1 python -m pytest tests/tui/test_snapshots.py``."""
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ RECORDING = data.DATA / "recordings" / "textgen_service.infertop"
 RANKS = data.DATA / "recordings" / "ranks_a100_cpu.infertop"
 #: the same sample with its naive tokenizer: replayed against RECORDING, the differential flame
 SLOW = data.DATA / "recordings" / "textgen_slow_tokenizer.infertop"
+#: GC pauses, an event loop's lag and the agent's call samples (recordings/README)
+TAIL = data.DATA / "recordings" / "tail_pauses.infertop"
 UPDATE = os.environ.get("INFERTOP_UPDATE_SNAPSHOTS") == "1"
 SIZES = [(80, 24), (160, 50)]
 #: view name -> (keys pressed on the replay of the recorded sample, text on the screen once
@@ -142,3 +145,19 @@ async def test_the_differential_flame_renders_as_saved(size: tuple[int, int], tm
             pytest.fail(f"test data missing: {path}")
     svg, text = await _render(SLOW, ("f",), size, "vs base", base=RECORDING)
     _check(f"flame-diff-{size[0]}x{size[1]}", svg, text, tmp_path)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize(
+    "view,keys,shown",
+    [("stages-pauses", (), "loop lag"), ("tail", ("l",), "rare_slow_path")],
+    ids=["stages-pauses", "tail"],
+)
+async def test_the_pause_rows_and_the_tail_view_render_as_saved(
+    view: str, keys: tuple[str, ...], shown: str, size: tuple[int, int], tmp_path: Path
+) -> None:
+    """The stage panel with its gc and loop-lag rows; the tail view of preprocess."""
+    if not TAIL.is_file():
+        pytest.fail(f"test data missing: {TAIL}")
+    svg, text = await _render(TAIL, keys, size, shown)
+    _check(f"{view}-{size[0]}x{size[1]}", svg, text, tmp_path)

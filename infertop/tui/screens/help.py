@@ -18,7 +18,10 @@ from infertop.tui.palette import stage_color
 READING = (
     "Stage panel: each stage's share of active (non-idle) samples over the last 5 s, "
     "its share over the whole session, and its history (one cell per sample window). "
-    "Idle is a share of all samples.\n"
+    "Idle is a share of all samples. Under the stages, when the agent saw them: gc, the "
+    "session's garbage collections (count, pause time, longest) and each window's pause time; "
+    "loop lag, how late an asyncio event loop ran its heartbeat (p99, max) and each window's "
+    "worst (both against their busiest window).\n"
     "Flame: an icicle graph: the root on top, one row per call depth, each frame a bar as "
     "wide as its share of the zoomed frame, in its stage's colour, its callees under it in "
     "name order (so bars stay put as the counts change); frames narrower than a cell are left "
@@ -36,7 +39,12 @@ READING = (
     "i opens the findings: the bottleneck rules that fire on what has been seen so far "
     "(docs/findings.md), worst first, recomputed with every update; the lower pane shows the "
     "selected one's evidence, where it happens and the fix; enter goes to its Python frame in "
-    "the flame or its op in the ops table. The status line (⚑) counts them."
+    "the flame or its op in the ops table. The status line (⚑) counts them.\n"
+    "l opens the tail view of the timed stage calls (the stage panel's latency): a stage's "
+    "slow calls (p99 and over, or --slow STAGE=MS) against its typical ones (p50 and under): "
+    "the frames the slow calls' samples hold more often, the slowest calls, what they "
+    "overlapped (GC, the GIL, a queue, syncs, our own profiler windows), and their flame "
+    "coloured against the typical calls' (red: more in slow calls); s: next stage."
 )
 
 

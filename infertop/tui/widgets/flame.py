@@ -31,7 +31,7 @@ from textual.strip import Strip
 from textual.widgets import Input, Static
 
 from infertop.analysis.flame import FlameNode
-from infertop.analysis.flame_diff import BaseShares, growth
+from infertop.analysis.flame_diff import BaseShares, path_key
 from infertop.analysis.snapshot import Snapshot
 from infertop.model.events import Frame
 from infertop.tui import flame_search
@@ -195,6 +195,7 @@ class FlameList(ScrollView, can_focus=True, inherit_bindings=False):
         self._strips: dict[int, Strip] = {}
         self._growth: dict[int, str] = {}  # id(node) -> its diff colour, for the nodes of ...
         self._growth_root: FlameNode | None = None  # ... this root (a new snapshot: new nodes)
+        self._own: BaseShares | None = None  # the shares of this root, matched as the base's
 
     # -- data -------------------------------------------------------------------------------
     def show(self, snapshot: Snapshot) -> None:
@@ -511,20 +512,31 @@ class FlameList(ScrollView, can_focus=True, inherit_bindings=False):
         snap = self.snapshot
         return snap.base if snap is not None and self.mode == "python" else None
 
+    @property
+    def own_shares(self) -> BaseShares | None:
+        """With a base: the shown tree's share of each call path, lines merged as the base is
+        matched (a function called from two lines of its caller is one path there)."""
+        root = self.root
+        if self.base is None or root is None:
+            return None
+        if self._growth_root is not root:
+            self._growth.clear()
+            self._growth_root, self._own = root, BaseShares(root)
+        return self._own
+
     def _colour(self) -> Callable[[FlameNode], str] | None:
-        """The differential flame's colouring (grew red, shrank blue) when there is a base."""
-        base, root = self.base, self.root
-        if base is None or root is None:
+        """The differential flame's colouring (grew red, shrank blue) when there is a base: by
+        the change of the frame's call path, lines merged, as ``diff --flame`` counts it."""
+        base, own = self.base, self.own_shares
+        if base is None or own is None:
             return None
         cache = self._growth
-        if self._growth_root is not root:
-            cache.clear()
-            self._growth_root = root
 
         def colour(node: FlameNode) -> str:
             key = id(node)
             if key not in cache:
-                cache[key] = diff_color(growth(node, root, base))
+                path = path_key(node)
+                cache[key] = diff_color(own.share(path) - base.share(path))
             return cache[key]
 
         return colour
@@ -692,7 +704,8 @@ class FlamePanel(Vertical):
             flame = self.flame_list
             zoom = flame.zoom_node if flame.zoom else None
             detail = frame_detail(
-                flame.selected, flame.root, zoom, flame.mode == "ops", width, flame.base
-            )
+                flame.selected, flame.root, zoom, flame.mode == "ops", width, flame.base,
+                own=flame.own_shares,
+            )  # fmt: skip
             self.detail.update(detail)
         self.set_class(snap is not None and snap.stage_filter is not None, "-filtered")

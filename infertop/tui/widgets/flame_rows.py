@@ -123,18 +123,25 @@ def ops_label(node: FlameNode, room: int) -> str:
 
 def frame_detail(
     node: FlameNode | None, root: FlameNode | None, zoom: FlameNode | None, ops: bool, width: int,
-    base: BaseShares | None = None,
+    base: BaseShares | None = None, base_label: str = "base", own: BaseShares | None = None,
 ) -> Text:  # fmt: skip
     """The detail line: the selected frame's full name, where it is, its total and self
     share of every sample shown (``root``; and of the zoomed frame ``zoom``, None when not
-    zoomed), with a ``base`` (replay --base) its share there and the change, and its stage."""
+    zoomed), with a ``base`` (replay --base; the tail view's typical calls, ``base_label``)
+    its share there and the change, and its stage. ``own``: the shown tree's shares with
+    lines merged, as the base is matched (the change is of the call path, not the line)."""
     if node is None or node.frame is None or root is None or not root.total:
         return Text("")
     frame = node.frame
     shares = f"total {node.total / root.total:.1%}, self {node.self_count / root.total:.1%}"
     if base is not None:
-        was = base.share(path_key(node))
-        shares += f" (base {was:.1%}, {(node.total / root.total - was) * 100:+.1f} pts)"
+        path = path_key(node)
+        was, now = base.share(path), node.total / root.total
+        merged = ""
+        if own is not None and abs(own.share(path) - now) >= 0.0005:
+            now = own.share(path)  # the function at other lines of its caller too
+            merged = f"lines merged {now:.1%}; "
+        shares += f" ({merged}{base_label} {was:.1%}, {(now - was) * 100:+.1f} pts)"
     in_zoom = ""
     if zoom is not None and zoom.total and zoom is not node:
         in_zoom = f"in zoom {node.total / zoom.total:.1%}, {node.self_count / zoom.total:.1%}"

@@ -1,4 +1,6 @@
-"""The stage panel: where the last few seconds went, stage by stage, with a short history."""
+"""The stage panel: where the last few seconds went, stage by stage, with a short history;
+under the stages, the agent's GC pauses and event-loop lag on the same time axis
+(``pause_rows.py``)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from infertop.analysis.shares import StageShare
 from infertop.analysis.snapshot import Snapshot
 from infertop.analysis.stages import IDLE
 from infertop.tui.palette import bar, sparkline, stage_color
+from infertop.tui.widgets.pause_rows import pause_rows
 
 NAME_W = 12  # "postprocess "
 PCT_W = 7  # "  45.2%"
@@ -89,11 +92,13 @@ def render_stages(snapshot: Snapshot | None, width: int, header: bool = True) ->
         if with_latency:
             row.append("  " + _latency_text(share))
         lines.append(row)
+    lines += pause_rows(snapshot, NAME_W, bar_w + PCT_W + TOTAL_W, spark_w)
     return Text("\n").join(lines)
 
 
 class StagePanel(Widget):
-    """One row per stage seen in the last 5 s: bar, share, session share, history, latency."""
+    """One row per stage seen in the last 5 s: bar, share, session share, history, latency;
+    then a row for GC pauses and one for event-loop lag when there are any."""
 
     DEFAULT_CSS = """
     StagePanel { height: auto; }
