@@ -238,15 +238,16 @@ def stage_tail(
     )
 
 
-#: a caller whose excess one of its callees has this much of is only the way to it: left out
+#: a caller whose callees hold this much of its excess is only the way to them: left out
 PASS_THROUGH = 0.95
 
 
 def _without_pass_through(
     frames: list[TailFrame], slow: dict[int, int], frames_of: Callable[[int], Sequence[Frame]]
 ) -> list[TailFrame]:
-    """The frames less the callers that only pass the excess down to one callee (the chain of
-    middleware and dispatch above the function that differs: its excess is theirs too)."""
+    """The frames less the callers whose excess their callees hold (the chain of middleware and
+    dispatch above the function that differs: its excess is theirs too). What is left are the
+    frames that differ themselves: a caller stays when part of its excess is its own."""
     excess = {(f.function, f.file): f.excess for f in frames}
     callees: dict[tuple[str, str], set[tuple[str, str]]] = {}
     for sid in slow:
@@ -257,8 +258,8 @@ def _without_pass_through(
     keep = []
     for f in frames:
         key = (f.function, f.file)
-        best = max((excess[c] for c in callees.get(key, ())), default=0.0)
-        if best < PASS_THROUGH * f.excess:
+        below = sum(excess[c] for c in callees.get(key, ()))
+        if below < PASS_THROUGH * f.excess:
             keep.append(f)
     return keep
 

@@ -54,7 +54,7 @@ def test_report_explains_the_slow_calls_and_counts_the_pauses(tmp_path: Path) ->
     tail = stages["preprocess"]["tail"]
     assert tail["slow_calls"] >= 3 and tail["samples"]["slow"] >= 10, tail
     assert tail["frames"][0]["name"] == "rare_slow_path", tail["frames"][:3]
-    assert tail["frames"][0]["slow_share"] > 0.8 and tail["frames"][0]["typical_share"] < 0.05
+    assert tail["frames"][0]["slow_share"] > 0.6 and tail["frames"][0]["typical_share"] < 0.05
     # (b) the full collections: the count the target made while we recorded, within 20 %
     #     (the agent starts a moment after record does), and their pause size
     gc = rep["gc"]
