@@ -21,8 +21,8 @@ from infertop.collect.base import Collector
 from infertop.config import Config
 from infertop.errors import EXIT_OK, InfertopError
 from infertop.model.events import CollectorStatus, Event, TargetInfo
+from infertop.record.incident import EventRing, Incident, incident_marker, incident_path, utc
 from infertop.sources import LiveSource
-from infertop.watch.ring import EventRing, Incident, incident_marker
 
 TICK_S = 0.25
 RING_SLACK_S = 5.0  # kept beyond --before: the collectors' windows end up to a second late
@@ -43,21 +43,6 @@ class WatchOptions:
     cooldown: float = 60.0
     max_incidents: int = 20
     duration: float | None = None
-
-
-def utc(t: float, compact: bool = False) -> str:
-    fmt = "%Y%m%dT%H%M%SZ" if compact else "%Y-%m-%dT%H:%M:%SZ"
-    return time.strftime(fmt, time.gmtime(t))
-
-
-def incident_path(out_dir: str, t: float) -> str:
-    """``DIR/incident-<UTC time>.infertop``, with ``-2``, ``-3`` ... when that name is taken."""
-    base = os.path.join(out_dir, f"incident-{utc(t, compact=True)}")
-    path, n = base + ".infertop", 1
-    while os.path.exists(path) or os.path.exists(path + ".part"):
-        n += 1
-        path = f"{base}-{n}.infertop"
-    return path
 
 
 def _size(n: float) -> str:

@@ -20,8 +20,9 @@ from infertop.model.events import (
     TargetExited,
     TargetInfo,
 )
+from infertop.record.incident import incident_path
 from infertop.record.reader import read_recording
-from infertop.watch.loop import Watch, WatchOptions, incident_path
+from infertop.watch.loop import Watch, WatchOptions
 
 STACK = (Frame("<module>", "/srv/serve.py", 1), Frame("forward", "/srv/model.py", 10))
 

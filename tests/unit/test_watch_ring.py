@@ -21,11 +21,11 @@ from infertop.model.events import (
     ThreadDef,
 )
 from infertop.record.clock import STARTED
+from infertop.record.incident import EventRing, Incident, event_time, incident_marker
 from infertop.record.reader import read_recording
 from infertop.report.recording import recording_report
 from infertop.report.text import render_markdown, render_text
 from infertop.sources import LiveSource, ReplaySource
-from infertop.watch.ring import EventRing, Incident, event_time, incident_marker
 
 T0 = 1_700_000_000.0
 TARGET = TargetInfo(4242, "python serve.py", "3.11.7", None, T0)

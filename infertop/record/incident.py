@@ -20,6 +20,7 @@ marker, the timed events from ``before`` seconds before the trigger, the trigger
 from __future__ import annotations
 
 import os
+import time
 from collections import deque
 from collections.abc import Iterable, Sequence
 
@@ -223,3 +224,18 @@ class Incident:
             except OSError:
                 return self.writer.path  # still readable under its .part name
         return self.path
+
+
+def utc(t: float, compact: bool = False) -> str:
+    fmt = "%Y%m%dT%H%M%SZ" if compact else "%Y-%m-%dT%H:%M:%SZ"
+    return time.strftime(fmt, time.gmtime(t))
+
+
+def incident_path(out_dir: str, t: float) -> str:
+    """``DIR/incident-<UTC time>.infertop``, with ``-2``, ``-3`` ... when that name is taken."""
+    base = os.path.join(out_dir, f"incident-{utc(t, compact=True)}")
+    path, n = base + ".infertop", 1
+    while os.path.exists(path) or os.path.exists(path + ".part"):
+        n += 1
+        path = f"{base}-{n}.infertop"
+    return path
