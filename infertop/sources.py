@@ -17,6 +17,7 @@ from infertop.collect.nvml import probe_nvml
 from infertop.collect.pyspy import PySpyCollector
 from infertop.config import Config
 from infertop.model.events import (
+    INCIDENT,
     AllocatorReading,
     CallSamples,
     CollectorStatus,
@@ -197,6 +198,11 @@ class ReplaySource:
         self.rules = tuple(config.stage_rules) + tuple(recorded)
         self.playing = False
         self.speed = 1.0
+        #: the incidents' moments (a trigger's marker: watch's incident files, a live UI's
+        #: recording), seconds from the start
+        self.marks = tuple(
+            ev.t - self.t0 for ev in self.events if isinstance(ev, Marker) and ev.text.startswith(INCIDENT)
+        )
         self._last_wall = time.monotonic()
         self.position = 0.0
         self.notes: tuple[str, ...] = (recording.warning,) if recording.warning else ()

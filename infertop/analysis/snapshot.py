@@ -57,6 +57,8 @@ class ReplayState:
     length: float
     playing: bool
     speed: float
+    #: where the recording's incidents are (seconds from its start): the timeline marks them
+    marks: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from infertop.config import STAGES
 from infertop.sources import LiveSource, ReplaySource, Source
 from infertop.tui.ingest import (
     IngestWorker,
+    SaveIncident,
     ScaleSpeed,
     SeekBy,
     SeekTo,
@@ -302,6 +303,9 @@ class InfertopApp(App[None]):
             self._recording = True
             self.worker.send(StartRecording(path))
 
+    def action_save_incident(self) -> None:
+        self.worker.send(SaveIncident("."))
+
     def next_record_path(self) -> str:
         """The preset path the first time, else ``infertop-PID-TIME.infertop``; never overwrites."""
         if self._preset_record_path and not os.path.exists(self._preset_record_path):
@@ -462,6 +466,13 @@ class LiveApp(InfertopApp):
     BINDINGS = [
         _b("p", "pause", "Pause", "freeze the display; collecting (and recording) goes on"),
         _b("r", "record", "Record", "start / stop recording to ./infertop-PID-TIME.infertop"),
+        _b(
+            "x", "save_incident", "Save incident",
+            "save the incident the trigger marked (a stage's p95 doubled, or its call rate "
+            "halved) as ./incident-TIME.infertop: 30 s before it and 10 s after, as infertop "
+            "watch writes them",
+            show=False,
+        ),
         *InfertopApp.TAIL_BINDINGS,
     ]
 

@@ -24,6 +24,7 @@ from infertop.analysis.processes.table import process_rows
 from infertop.analysis.snapshot import ReplayState, Snapshot, SnapshotCaches, build_snapshot
 from infertop.analysis.tail_view import tail_view
 from infertop.sources import LiveSource, ReplaySource, Source
+from infertop.tui.incidents import LiveIncidents
 from infertop.tui.messages import IngestError, RecordingChanged, SnapshotReady
 
 SPEED_MIN, SPEED_MAX = 0.125, 16.0
@@ -86,13 +87,20 @@ class StopRecording:
 
 
 @dataclass(frozen=True)
+class SaveIncident:
+    """Live: save the last incident the trigger marked (key ``x``) into ``out_dir``."""
+
+    out_dir: str = "."
+
+
+@dataclass(frozen=True)
 class _Stop:
     pass
 
 
 Command = (
     SeekTo | SeekBy | TogglePlay | ScaleSpeed | SetStageFilter | StartRecording | StopRecording
-    | SetProcess | SetTimeView | SetFlameShape | SetTails
+    | SetProcess | SetTimeView | SetFlameShape | SetTails | SaveIncident
 )
 
 
@@ -132,6 +140,8 @@ class IngestWorker:
         self._history = source.config.collect.history_windows
         self._thresholds = source.config.findings
         self.final: Snapshot | None = None  # the last snapshot, built after the source stopped
+        #: live: the incident trigger over the session's stage calls, and its ring
+        self.incidents = LiveIncidents(source) if isinstance(source, LiveSource) else None
 
     # -- UI side ----------------------------------------------------------------------------
     def start(self) -> None:
@@ -166,6 +176,8 @@ class IngestWorker:
             self._guard("cannot start", self.source.start)
             self._loop()
         finally:
+            if self.incidents is not None:
+                self._guard("cannot close the incident", self.incidents.close)
             self._guard("cannot stop", self.source.stop)
             try:
                 self.final = self._build()
@@ -199,6 +211,10 @@ class IngestWorker:
             try:
                 if self.source.pump():
                     dirty = True
+                if self.incidents is not None:
+                    seen = self.incidents.note(time.time())
+                    self.incidents.check(time.time())
+                    dirty = dirty or self.incidents.note(time.time()) != seen
             except Exception as exc:  # noqa: BLE001 - shown in the status line
                 self._set_error(f"ingest: {describe(exc)}")
                 continue
@@ -239,8 +255,13 @@ class IngestWorker:
         notes = tuple(src.notes)
         if writer is not None and writer.failed:
             notes += (writer.failed,)
+        incident = self.incidents.note(time.time()) if self.incidents is not None else None
+        if incident is not None:
+            notes += (incident,)
         replay = (
-            ReplayState(src.position, src.length, src.playing, src.speed) if self.replay else None
+            ReplayState(src.position, src.length, src.playing, src.speed, src.marks)
+            if self.replay
+            else None
         )
         snap = build_snapshot(
             src.session,
@@ -292,6 +313,9 @@ class IngestWorker:
         elif isinstance(cmd, (StartRecording, StopRecording)):
             if not self.replay:
                 self._apply_recording(cmd)
+        elif isinstance(cmd, SaveIncident):
+            if self.incidents is not None:
+                self.incidents.save(cmd.out_dir)
         elif not self.replay:
             return
         elif isinstance(cmd, SeekTo):

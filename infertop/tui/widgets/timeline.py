@@ -26,9 +26,28 @@ def render_timeline(state: ReplayState | None, width: int) -> Text:
     bar_w = max(4, width - len(row) - len(where) - 1)
     frac = state.position / state.length if state.length > 0 else 1.0
     head = min(bar_w - 1, int(round(frac * (bar_w - 1))))
-    row.append("━" * head, style="#5fafff")
-    row.append("●", style="bold #ffffff")
-    row.append("─" * (bar_w - head - 1), style="#4e4e4e")
+    # an incident's moment is a red ⚑ on the bar (the playhead wins its cell)
+    marked = {
+        min(bar_w - 1, int(round(m / state.length * (bar_w - 1))))
+        for m in state.marks
+        if state.length > 0 and 0 <= m <= state.length
+    }
+    cells = []
+    for i in range(bar_w):
+        if i == head:
+            cells.append(("●", "bold #ffffff"))
+        elif i in marked:
+            cells.append(("⚑", "bold #ff5f5f"))
+        else:
+            cells.append(("━", "#5fafff") if i < head else ("─", "#4e4e4e"))
+    run, style = "", None
+    for ch, st in cells:  # one span per run of a style, as the bar always was drawn
+        if st != style and run:
+            row.append(run, style=style)
+            run = ""
+        run, style = run + ch, st
+    if run:
+        row.append(run, style=style)
     row.append(where, style="bold")
     return row
 
