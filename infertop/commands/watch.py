@@ -21,8 +21,8 @@ when a trigger fires write DIR/incident-<UTC time>.infertop: those seconds and t
 incident; a status line on stderr. On a trigger the agent also takes a torch.profiler window
 at once and NVML is read 5x as often for the --after seconds.
 
-triggers (over stage calls: infertop.stage annotations, or --stage functions timed by the
-agent on Python >= 3.12):
+triggers (over stage calls: infertop.stage annotations, or, on Python >= 3.12, --stage
+functions and an ASGI app's requests, timed by the agent):
   auto (the default)    a stage's p95 over the last 2 s above 2× its p95 over the 60 s
                         before, or its call rate under half of its 60 s rate; it waits for
                         20 s of a stage's calls and enough of them, so a steady load never
