@@ -11,10 +11,11 @@ import pytest
 from infertop.analysis.snapshot import build_snapshot
 from infertop.collect.target import inspect_target
 from infertop.config import Config
+from infertop.model.events import SampleWindow
 from infertop.record.reader import read_recording
 from infertop.sources import LiveSource, ReplaySource
 
-from .helpers import INFERTOP, ROOT, infertop, report_json, shares, start_target, stop_target
+from .helpers import INFERTOP, ROOT, infertop, report_json, shares, start_target, stop_target, until
 
 pytestmark = pytest.mark.slow
 ANNOTATED = str(ROOT / "tests/integration/targets/annotated.py")
@@ -67,18 +68,28 @@ def test_replay_shows_what_live_showed(tmp_path) -> None:
     assert [n.frame for n in again.flame.sorted_children()] == [n.frame for n in live.flame.sorted_children()]
 
 
+def _windows_on_disk(path: str) -> int:
+    try:
+        return sum(isinstance(e, SampleWindow) for e in read_recording(path).events)
+    except Exception:  # noqa: BLE001 - not there yet, or no header yet
+        return 0
+
+
 def test_sigkill_during_record_leaves_a_readable_recording(tmp_path) -> None:
     target = start_target([ANNOTATED])
     out = str(tmp_path / "killed.infertop")
     rec = subprocess.Popen(INFERTOP + ["record", str(target.pid), "-o", out], stderr=subprocess.PIPE, text=True)
     try:
-        time.sleep(4.5)
+        # killed once three windows are on disk (a busy machine's py-spy is slow to give them)
+        until(lambda: _windows_on_disk(out) >= 3, 60, "three windows in the recording")
         rec.send_signal(signal.SIGKILL)
         rec.wait()
-        time.sleep(3.5)  # py-spy gets SIGINT from the kernel when its parent dies
-        # nothing of ours is left attached: no py-spy tracing the target
-        ps = subprocess.run(["pgrep", "-f", f"py-spy record --pid {target.pid}"], capture_output=True, text=True)
-        assert ps.stdout.strip() == ""
+
+        def no_pyspy() -> bool:  # py-spy gets SIGINT from the kernel when its parent dies
+            ps = subprocess.run(["pgrep", "-f", f"py-spy record --pid {target.pid}"], capture_output=True, text=True)
+            return ps.stdout.strip() == ""
+
+        until(no_pyspy, 30, "no py-spy of ours left on the target")
         assert target.poll() is None, "the target must survive"
         state = open(f"/proc/{target.pid}/stat").read().rsplit(")", 1)[1].split()[0]
         assert state in ("R", "S"), f"target left in state {state}"
