@@ -211,10 +211,11 @@ class IngestWorker:
             try:
                 if self.source.pump():
                     dirty = True
-                if self.incidents is not None:
-                    seen = self.incidents.note(time.time())
-                    self.incidents.check(time.time())
-                    dirty = dirty or self.incidents.note(time.time()) != seen
+                if self.incidents is not None:  # a new incident, or one saved: redraw
+                    now = time.time()
+                    seen = self.incidents.note(now)
+                    self.incidents.check(now)
+                    dirty = dirty or self.incidents.note(now) != seen
             except Exception as exc:  # noqa: BLE001 - shown in the status line
                 self._set_error(f"ingest: {describe(exc)}")
                 continue

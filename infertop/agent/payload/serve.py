@@ -244,7 +244,7 @@ class _ServingMixin:
 
     def _configure(self, msg):
         new = dict(self.config)
-        for key in ("window_s", "period_s"):
+        for key in ("window_s", "period_s", "call_sample_hz"):
             if key in msg:
                 value = msg[key]
                 if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
@@ -257,12 +257,6 @@ class _ServingMixin:
                 raise ValueError("max_events must be an integer")
             lo, hi = LIMITS["max_events"]
             new["max_events"] = int(min(max(value, lo), hi))
-        if "call_sample_hz" in msg:
-            value = msg["call_sample_hz"]
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-                raise ValueError("call_sample_hz must be a number")
-            lo, hi = LIMITS["call_sample_hz"]
-            new["call_sample_hz"] = float(min(max(value, lo), hi))
         for key in ("pauses", "known_entry_points"):
             if key in msg:
                 if not isinstance(msg[key], bool):
