@@ -4,7 +4,7 @@ Pure: a ``Triggers`` is fed ``StageSpan`` events (``add``) and asked ``check(now
 a ``Firing`` (which trigger, and why in words) or None. Two kinds (docs/watch.md):
 
 - **auto**: a stage's p95 over the last ``window_s`` (2 s) above 2× its p95 over the 60 s
-  before, or its call rate below half of that 60 s rate. It needs data first: 20 s of the
+  before, or its call rate over the last ``RATE_WINDOW_S`` (5 s) below half of that 60 s rate. It needs data first: 20 s of the
   stage's history, enough calls in both windows, at least 3 calls over the threshold (one
   slow call is not a spell) and a difference of at least 1 ms, so a steady load never fires.
 - **rules** (``parse_rule``): ``forward.p99>250ms``, ``preprocess.p95>40ms``,
@@ -40,6 +40,11 @@ MIN_CALLS_BASE = 50  # calls in the baseline before its p95 means anything
 MIN_SLOW_CALLS = 3  # calls over the threshold: a spell, not one slow call
 MIN_DELTA_MS = 1.0  # a p95 that grew by less than this is noise, whatever the factor
 RATE_FACTOR = 0.5  # a call rate below RATE_FACTOR × the baseline's rate
+#: the auto trigger's rate is counted over this many seconds, not the 2 s window: on a shared
+#: machine a target starved of CPU for a second or two halves a 2 s rate (measured on a CI run
+#: with two other workloads: 16/s against 37/s in a quiet target); a stage that stops altogether
+#: still fires within this time
+RATE_WINDOW_S = 5.0
 MIN_EXPECTED_CALLS = 30  # baseline rate × window: fewer and a halved rate is chance
 BASELINE_EVERY_S = 1.0  # the baseline's p95 is computed again at most this often
 BIG_BASELINE = 100_000  # calls: past this many, only every 5 s (sorting them costs ~10 ms)
@@ -278,10 +283,11 @@ class Triggers:
                         f"({ms_text(base)})"
                     )
                     return Firing(now, "auto", reason, name)
-            # rate: calls that stopped coming
+            # rate: calls that stopped coming, over a longer window than the latency's
+            rw = max(w, RATE_WINDOW_S)
             base_rate = n_base / base_s
-            rate = len(current) / w
-            if base_rate * w >= MIN_EXPECTED_CALLS and rate < RATE_FACTOR * base_rate:
+            rate = (len(st.ends) - bisect.bisect_right(st.ends, end - rw)) / rw
+            if base_rate * rw >= MIN_EXPECTED_CALLS and rate < RATE_FACTOR * base_rate:
                 reason = (
                     f"{name}.rate {rate_text(rate)} < ½ of its {base_s:.0f} s rate "
                     f"({rate_text(base_rate)})"
