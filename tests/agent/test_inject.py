@@ -44,11 +44,18 @@ def profile_once(path: str, window_s: float = 0.3) -> tuple[dict, dict]:
         ok = client.call("configure", window_s=window_s, period_s=1.0)
         assert ok["type"] == "ok" and ok["config"]["window_s"] == window_s
         assert client.call("start") == {"type": "ok", "cmd": "start", "v": 1}
-        window = client.wait_for("window", timeout=20, predicate=lambda m: m["events"] > 0 and m["paths"])
+        # the first window with both threads' ops in it: on a busy machine a 0.3 s window can
+        # hold the main thread's forward and no call of the worker's, or the reverse
+        window = client.wait_for("window", timeout=60, predicate=_forward_and_postprocess)
         assert client.call("detach")["cmd"] == "detach"
     finally:
         client.close()
     return hello, window
+
+
+def _forward_and_postprocess(window: dict) -> bool:
+    stages = {p[1] for p in window["paths"] if p[0][-1].startswith("aten::")}
+    return window["events"] > 0 and {"forward", "postprocess"} <= stages
 
 
 def agent_gone(target, before: set[int]) -> bool:

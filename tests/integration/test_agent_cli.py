@@ -57,6 +57,10 @@ def agent_statuses(path: str) -> list[tuple[float, str, str]]:
     ]
 
 
+# solo: the target's speed with and without the agent, and the op shares its findings come
+# from, are measurements that need the CPU the machine has (a CI run beside two other tests
+# read 24 % copies in the healthy service, 2-3 % alone and beside three CPU hogs)
+@pytest.mark.solo
 @pytest.mark.parametrize("sample", ["textgen_service", "copy_heavy", "python_loop"])
 def test_injected_agent_brings_torch_ops_and_leaves_nothing(tmp_path, sample: str) -> None:
     truth, twin_truth = str(tmp_path / "truth.json"), str(tmp_path / "twin.json")
@@ -74,8 +78,20 @@ def test_injected_agent_brings_torch_ops_and_leaves_nothing(tmp_path, sample: st
         p = infertop("record", str(target.pid), "-o", out, "--duration", "20",
                      "--inject", "--profile-period", "2", "--profile-window", "0.3")  # fmt: skip
         assert p.returncode == 0, p.stderr
-        time.sleep(2)  # the agent stops within 1 s of detach; give the sample a moment
-        after, twin_after = rates((truth, target.pid), (twin_truth, twin.pid), 4)
+        # back to full speed: not slower than before, unless the twin (never attached) slowed
+        # down as much. A twin that sped up proves nothing about the target (measured on a
+        # fresh-clone CI run: twin 401 -> 667 req/s, the target 640 -> 657: the twin had been
+        # starved beside it). Polled: the agent stops within 1 s of detach, and one 4 s reading
+        # on a busy machine can be a third off for both alike (170 -> 106 requests per CPU
+        # second beside a twin's 147 -> 128, on a CI run); work left in the target stays
+        readings = []
+        for _ in range(4):
+            after, twin_after = rates((truth, target.pid), (twin_truth, twin.pid), 4)
+            readings.append((before, after, twin_before, twin_after))
+            if after / before >= 0.85 * min(1.0, twin_after / twin_before):
+                break
+        else:
+            raise AssertionError(f"not back to speed in 16 s (before, after, twin): {readings}")
         assert target.poll() is None
         # no Python thread of ours is left; torch's first profiler use starts one idle native
         # thread of its own (libkineto's ConfigLoader), which lives as long as the process
@@ -86,11 +102,6 @@ def test_injected_agent_brings_torch_ops_and_leaves_nothing(tmp_path, sample: st
         _, err = stop_target(target)
         stop_target(twin)
     assert err == "", f"the target's stderr got: {err[:500]}"
-    # back to full speed: not slower than before, unless the twin (never attached) slowed down
-    # as much. A twin that sped up proves nothing about the target (measured on a fresh-clone CI
-    # run: twin 401 -> 667 req/s, the target 640 -> 657: the twin had been starved beside it)
-    machine = min(1.0, twin_after / twin_before)
-    assert after / before >= 0.85 * machine, (before, after, twin_before, twin_after)
     rep = report_json(out)
     aten = [o for o in rep["ops"] if o["name"].startswith("aten::")]
     assert aten, (rep["ops"][:5], agent_statuses(out))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import signal
 import subprocess
 import time
@@ -33,15 +34,20 @@ def test_custom_rules_and_annotations_are_honoured(tmp_path) -> None:
         assert "wrote" in p.stderr
     finally:
         stop_target(target)
-    s = shares(report_json(out))
-    # each function is a third of the work: the rule claims crunch, the decorator claims ingest
-    # (400 samples: a third's sampling error is ~0.024, the tolerance ~4 sigma)
-    assert s["tensorize"] == pytest.approx(1 / 3, abs=0.1)
-    assert s["ingest"] == pytest.approx(1 / 3, abs=0.1)
-    assert s["other"] == pytest.approx(1 / 3, abs=0.1)
+    rep = report_json(out)
+    s = shares(rep)
+    # each function is a third of the work: the rule claims crunch, the decorator claims ingest.
+    # 400 samples at most: a third's sampling error is ~0.024, the tolerance ~4 sigma; a busy
+    # machine gives fewer samples (py-spy's ticks come late), and the tolerance widens with them
+    n = rep["sampling"]["samples"]
+    assert n >= 50, rep["sampling"]
+    tol = max(0.1, 4 * math.sqrt(2 / 9 / n))
+    assert s["tensorize"] == pytest.approx(1 / 3, abs=tol), (s, n)
+    assert s["ingest"] == pytest.approx(1 / 3, abs=tol), (s, n)
+    assert s["other"] == pytest.approx(1 / 3, abs=tol), (s, n)
     # stage rules apply at read time: the same recording re-read with a rule for churn
     s2 = shares(report_json(out, "--stage", "wrangle=churn", "--stage", "tensorize=crunch"))
-    assert s2["wrangle"] == pytest.approx(1 / 3, abs=0.1), s2
+    assert s2["wrangle"] == pytest.approx(1 / 3, abs=tol), s2
     assert s2.get("other", 0.0) < 0.1, s2
 
 
@@ -125,7 +131,8 @@ def test_sigint_stops_record_even_when_started_with_sigint_ignored(tmp_path) -> 
 
 
 def test_target_exit_mid_session_closes_the_recording(tmp_path) -> None:
-    target = start_target([ANNOTATED, "3"])
+    # lives 6 s: py-spy's attach and first windows took seconds of that on a busy machine
+    target = start_target([ANNOTATED, "6"])
     out = str(tmp_path / "exit.infertop")
     p = infertop("record", str(target.pid), "-o", out, "--duration", "30")
     stop_target(target)
@@ -133,7 +140,8 @@ def test_target_exit_mid_session_closes_the_recording(tmp_path) -> None:
     assert "target exited" in p.stderr
     rep = report_json(out)
     assert rep["target_exited"] is True
-    assert rep["sampling"]["samples"] > 20  # ~3 s at 50 Hz; fewer when the machine is busy
+    # ~6 s at 50 Hz (300); far fewer when the machine is busy (a loaded run got 20 of 3 s)
+    assert rep["sampling"]["samples"] > 20, rep["sampling"]
     assert read_recording(out).warning is None
 
 

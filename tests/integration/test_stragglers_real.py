@@ -42,6 +42,10 @@ def test_a_slow_replica_is_a_straggler(tmp_path) -> None:
     assert "worker 2" in found[0]["title"] and "straggler" in found[0]["title"]
 
 
+# solo: beside other tests on 2 cores one replica gets less CPU than the other, and its forward
+# calls are slower for real (18 % in more than half of the intervals, on a loaded run): a
+# straggler of the machine's making, which the rule rightly reports
+@pytest.mark.solo
 def test_equal_replicas_raise_no_straggler(tmp_path) -> None:
     _, rep = _record(tmp_path)
     assert [f for f in rep["findings"] if f["rule"] == "straggler"] == []
