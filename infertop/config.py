@@ -36,6 +36,7 @@ else:  # pragma: no cover - exercised on 3.10 only
 #: The stages every report lists, in pipeline order. Users may add their own names.
 STAGES: tuple[str, ...] = (
     "preprocess",
+    "ipc",
     "queue",
     "forward",
     "sync",
@@ -69,6 +70,19 @@ DEFAULT_STAGE_RULES: tuple[tuple[str, str], ...] = (
     ("preprocess", "*tokenize*"),
     ("preprocess", "*preprocess*"),
     ("preprocess", "*parse_request*"),
+    # the hop between processes: pickling for, and sending on, multiprocessing pipes and
+    # queues (a queue's feeder thread included), shared-memory hand-offs, ZeroMQ sends. A
+    # blocking receive is a wait (WAIT_FRAMES); unpickling runs in C under ``Connection.recv``,
+    # which is one of them, so the receiving side is counted short, never long
+    ("ipc", "*/multiprocessing/reduction.py:*"),
+    ("ipc", "*/multiprocessing/connection.py:*._send*"),
+    ("ipc", "*/multiprocessing/connection.py:*.send*"),
+    ("ipc", "*/multiprocessing/queues.py:*._feed"),
+    ("ipc", "*/multiprocessing/queues.py:*.put*"),
+    ("ipc", "*/multiprocessing/shared_memory.py:*"),
+    ("ipc", "*/multiprocessing/managers.py:*"),
+    ("ipc", "*/zmq/sugar/socket.py:*.send*"),
+    ("ipc", "*/zmq/utils/*:*"),
     # serialization of results
     ("serialize", "*/json/encoder.py:*"),
     ("serialize", "*/json/__init__.py:dump*"),
@@ -132,6 +146,10 @@ WAIT_FRAMES: tuple[str, ...] = (
     "*/subprocess.py:Popen.wait",
     "*/subprocess.py:Popen._wait",
     "*/multiprocessing/connection.py:*.recv*",
+    "*/multiprocessing/connection.py:*._recv*",  # a blocking read of the pipe
+    "*/multiprocessing/connection.py:*._poll",
+    "*/zmq/sugar/socket.py:*.recv*",
+    "*/zmq/sugar/poll.py:*.poll",
     "*/multiprocessing/connection.py:wait",
     "<infertop-agent>:_Agent._wait_for_io",  # the injected agent between its windows
 )
@@ -196,6 +214,7 @@ class FindingThresholds:
     gpu_idle_gap_ms: float = 100.0  # or idle gaps longer than this
     preprocess_hot_share: float = 0.25
     serialize_hot_share: float = 0.15
+    ipc_heavy_share: float = 0.15  # the hop between processes ≥ 15 % of active time
     queue_wait_share: float = 0.30
     gil_contention_share: float = 0.20
     gc_pause_share: float = 0.05  # collections take ≥ 5 % of wall time ...

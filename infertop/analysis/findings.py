@@ -338,6 +338,13 @@ RULES["serialize-hot"] = _stage_rule(
     "token ids instead of per-token objects, move tensors to lists once per batch",
 )  # fmt: skip
 
+RULES["ipc-heavy"] = _stage_rule(
+    "ipc-heavy", "ipc", "ipc_heavy_share",
+    "hop less and carry less: pass tensors through shared memory (torch.multiprocessing, or "
+    "a shared_memory buffer) instead of pickling them, send token ids rather than text or "
+    "objects, batch the messages, or run the stage in the process that needs its result",
+)  # fmt: skip
+
 
 @rule("queue-wait")
 def queue_wait(inp: FindingInput, th: FindingThresholds) -> Finding | None:

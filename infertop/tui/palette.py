@@ -9,6 +9,7 @@ from infertop.report.bars import bar as bar  # re-exported: diff --flame draws t
 #: One fixed colour per built-in stage (readable on dark and light terminals).
 STAGE_COLORS: dict[str, str] = {
     "preprocess": "#5fafff",
+    "ipc": "#ffaf00",
     "queue": "#d7af5f",
     "forward": "#87d75f",
     "sync": "#ff6f6f",

@@ -85,16 +85,17 @@ async def _render(
         if keys:
             await pilot.press(*keys)
         await wait_for(pilot, lambda: shown in screen_text(app), 20.0)
-        # drawn and settled: the same screen for half a second (the worker publishes a new
-        # snapshot within milliseconds of a key, the widgets draw it on their next refresh)
+        # drawn and settled: the newest snapshot on the panels and the same screen for a second
+        # (the worker publishes a new snapshot within milliseconds of a key, the widgets draw it
+        # on their next refresh; half a second of calm was once too short beside other tests)
         last, since = "", time.monotonic()
 
         def settled() -> bool:
             nonlocal last, since
             now = app.export_screenshot()
-            if now != last:
+            if now != last or app.latest is not app.displayed:
                 last, since = now, time.monotonic()
-            return time.monotonic() - since >= 0.5
+            return time.monotonic() - since >= 1.0
 
         await wait_for(pilot, settled, 20.0)
         svg, text = last, screen_text(app)

@@ -57,6 +57,7 @@ def test_every_spec_rule_is_registered() -> None:
         "tiny-ops", "gpu-idle", "preprocess-hot", "serialize-hot", "queue-wait",
         "gil-contention", "gpu-memory-pressure", "allocator-fragmentation",
         "gc-pauses", "event-loop-lag",  # the tail issue's: docs/findings.md
+        "ipc-heavy",  # the multi-process servers': the hop between processes
     }  # fmt: skip
 
 
@@ -78,6 +79,19 @@ def test_preprocess_hot_threshold(share: float, expected: bool) -> None:
 @pytest.mark.parametrize("share,expected", [(0.149, False), (0.15, True)])
 def test_serialize_hot_threshold(share: float, expected: bool) -> None:
     assert fires("serialize-hot", FindingInput(stage_shares={"serialize": share})) is expected
+
+
+@pytest.mark.parametrize("share,expected", [(0.149, False), (0.15, True)])
+def test_ipc_heavy_threshold(share: float, expected: bool) -> None:
+    assert fires("ipc-heavy", FindingInput(stage_shares={"ipc": share})) is expected
+
+
+def test_ipc_heavy_says_where_and_what_to_do() -> None:
+    f = RULES["ipc-heavy"](
+        FindingInput(stage_shares={"ipc": 0.25}, stage_where={"ipc": ("ForkingPickler.dumps",)}), TH
+    )
+    assert f is not None and f.title == "ipc takes 25% of active time" and f.severity == "medium"
+    assert f.where == ("ForkingPickler.dumps",) and "shared memory" in f.hint
 
 
 def test_thresholds_are_overridable() -> None:
