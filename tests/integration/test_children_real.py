@@ -78,7 +78,8 @@ def test_record_children_follows_every_worker_and_survives_one_dying(tmp_path) -
     assert procs[sample.pid]["role"] == "router" and procs[sample.pid]["ppid"] is None
     for pid in workers:
         stages = {s["name"]: s for s in procs[pid]["stages"]}
-        assert procs[pid]["ppid"] == sample.pid and procs[pid]["role"].startswith("worker")
+        # named for what they do: each runs the model (docs/processes.md)
+        assert procs[pid]["ppid"] == sample.pid and procs[pid]["role"].startswith("inference")
         assert stages["forward"]["samples"] > 0, (pid, procs[pid])
         assert (procs[pid]["exited_after_s"] is not None) == (pid == victim)
     # the processes' stages count CPU samples: the merged ones' CPU samples are their sum

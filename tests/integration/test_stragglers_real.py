@@ -37,9 +37,11 @@ def test_a_slow_replica_is_a_straggler(tmp_path) -> None:
     assert ev["metric"].startswith("forward call time")
     assert ev["intervals_compared"] >= 2 and ev["intervals_slower"] == ev["intervals_compared"]
     calls = ev["median_call_ms"]
-    slow = calls[f"worker 2 (pid {workers[1]})"]
-    assert slow >= 1.5 * calls[f"worker 1 (pid {workers[0]})"]
-    assert "worker 2" in found[0]["title"] and "straggler" in found[0]["title"]
+    role = {p["pid"]: p["role"] for p in rep["processes"]}
+    assert role[workers[1]] == "inference 2", role  # named for what it does, numbered by pid
+    slow = calls[f"inference 2 (pid {workers[1]})"]
+    assert slow >= 1.5 * calls[f"inference 1 (pid {workers[0]})"]
+    assert "inference 2" in found[0]["title"] and "straggler" in found[0]["title"]
 
 
 # solo: beside other tests on 2 cores one replica gets less CPU than the other, and its forward

@@ -198,7 +198,7 @@ def test_attach_children_in_a_terminal_a_worker_dies_and_the_selector_says_so() 
         term.wait_for(lambda s: "4 processes, 1 exited" in s, 30)
         term.keys("W")
         screen = term.wait_for(lambda s: "all 4 processes merged" in s, 15)
-        assert "router" in screen and "worker 1" in screen and "exited" in screen
+        assert "router" in screen and "inference 1" in screen and "exited" in screen
         # the lines are the router then by pid (the resource tracker may come first): enter on
         # the line whose pid is the first worker's
         body = screen.split("all 4 processes merged", 1)[1].splitlines()[1:]
@@ -207,7 +207,7 @@ def test_attach_children_in_a_terminal_a_worker_dies_and_the_selector_says_so() 
         term.keys(*["Down"] * (pids.index(workers[0]) + 1))
         time.sleep(1.0)  # the keys are read in order; this only lets the list redraw once
         term.keys("Enter")
-        term.wait_for(lambda s: f"worker 1 (pid {workers[0]})" in s, 15)
+        term.wait_for(lambda s: f"inference 1 (pid {workers[0]})" in s, 15)
         term.keys("q")
         term.wait_for(lambda s: "EXITED-0" in s, timeout=20)
         assert sample.poll() is None  # the service carries on

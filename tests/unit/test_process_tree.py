@@ -119,8 +119,9 @@ def test_per_process_shares_roles_and_exits() -> None:
         s.apply(ev)
     by_pid = {p.pid: p for p in process_shares(s)}
     assert [p.pid for p in process_shares(s)] == [10, 11, 12, 13]  # the target first
+    # the workers run the model: named for it (analysis/processes/activity.py), in pid order
     assert [by_pid[p].role for p in (10, 11, 12, 13)] == [
-        "router", "resource tracker", "worker 1", "worker 2"
+        "router", "resource tracker", "inference 1", "inference 2"
     ]
     assert by_pid[12].samples == 40 and dict(by_pid[12].stages)["forward"] == 30
     assert by_pid[13].exited_t == 1.5 and by_pid[12].exited_t is None

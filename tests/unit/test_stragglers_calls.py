@@ -73,11 +73,11 @@ def test_a_worker_with_slower_forward_calls_is_the_straggler(tmp_path: Path) -> 
     assert len(found) == 1, found
     f = found[0]
     assert f["pid"] == 103 and f["severity"] == "high"
-    assert "forward calls take" in f["title"] and "worker 3 (pid 103)" in f["title"]
+    assert "forward calls take" in f["title"] and "inference 3 (pid 103)" in f["title"]
     ev = f["evidence"]
     assert ev["metric"].startswith("forward call time")
     assert ev["intervals_compared"] == 8 and ev["intervals_slower"] == 8
-    assert 50 < ev["median_call_ms"]["worker 3 (pid 103)"] < 58
+    assert 50 < ev["median_call_ms"]["inference 3 (pid 103)"] < 58
 
     # the UI's merged view raises the same finding from the replayed session
     src = ReplaySource(read_recording(str(path)), Config())

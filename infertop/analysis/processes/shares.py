@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from infertop.analysis.processes.activity import activity_roles
 from infertop.analysis.processes.roles import process_roles, role_of
 from infertop.analysis.session import Session
 from infertop.analysis.stages import IDLE
@@ -22,19 +23,29 @@ class ProcessShare:
     gpu_memory: int | None = None  # bytes on every GPU in NVML's newest reading; None: no NVML
 
 
+#: roles the command line gives for sure, before what a process's work suggests
+BY_COMMAND_LINE = ("resource tracker", "forkserver")
+
+
 def roles(session: Session) -> dict[int, str]:
     """pid -> role guess of every process followed: a rank or a merged recording's host
-    where the recording says (``process_roles``), else from the tree: the target is the router
-    when it has children among them (several PIDs given without ``--children`` are workers)."""
+    where the recording says (``process_roles``); a resource tracker or forkserver by its
+    command line; else what its work shows (``activity_roles``: ``api``, ``inference 2``,
+    ``litserve api``, ...); else from the tree: the target is the router when it has children
+    among them (several PIDs given without ``--children`` are workers), the rest ``worker N``."""
     target = session.target.pid
     named = process_roles(session)
+    work = activity_roles(session)
     parents = {p.ppid for p in session.processes.values()}
     router = target if target in parents else None
     out: dict[int, str] = {}
     workers = 0
     for pid in sorted(session.processes, key=lambda p: (p != target, p)):
-        role = named.get(pid) or role_of(pid, router, session.processes[pid].cmdline, workers + 1)
-        workers += role.startswith("worker")
+        role = named.get(pid)
+        if role is None:
+            by_tree = role_of(pid, router, session.processes[pid].cmdline, workers + 1)
+            role = by_tree if by_tree in BY_COMMAND_LINE else work.get(pid, by_tree)
+            workers += role == by_tree and role.startswith("worker")
         out[pid] = role
     return out
 

@@ -1,0 +1,153 @@
+"""What each process of a ``--children`` session does, from the stacks it shows: it serves
+HTTP (``api``), runs the model (``inference``), tokenizes (``tokenizer``), waits for batches
+(``batcher``), or watches its worker processes (``supervisor``: uvicorn's and gunicorn's, torch
+elastic's); with the name of the serving
+framework whose code is on its stacks where one is known (``litserve api``). Pure functions over
+a ``Session``; ``roles`` (shares.py) falls back on the tree and the command line
+(``router``, ``worker N``) where this says nothing (docs/processes.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from infertop.analysis.session import Session
+from infertop.analysis.stages import IDLE
+
+#: a frame whose file holds one of these serves HTTP (or gRPC): the process is an API
+HTTP_FILES: tuple[str, ...] = (
+    "/uvicorn/", "/starlette/", "/fastapi/", "/aiohttp/", "/gunicorn/", "/hypercorn/",
+    "/werkzeug/", "/flask/", "/tornado/", "/sanic/", "/grpc/", "/http/server.py",
+)  # fmt: skip
+#: a frame in one of these watches worker processes (it is also the server's code, so it is
+#: tried before ``HTTP_FILES``)
+SUPERVISOR_FILES: tuple[str, ...] = (
+    "/uvicorn/supervisors/", "/gunicorn/arbiter.py", "/torch/distributed/elastic/",
+)  # fmt: skip
+#: serving frameworks, by a file of theirs on the stack: (part of the path, name)
+FRAMEWORKS: tuple[tuple[str, str], ...] = (
+    ("/litserve/", "litserve"),
+    ("/ray/serve/", "ray serve"),
+    ("/bentoml/", "bentoml"),
+    ("/infinity_emb/", "infinity"),
+    ("/vllm/", "vllm"),
+    ("/text_generation_server/", "tgi"),
+    ("triton_python_backend_utils", "triton"),
+)
+#: a process is named by its work only once it has this many active samples ...
+MIN_ACTIVE = 10
+#: ... and the stage it is named for holds at least this share of them
+MIN_SHARE = 0.25
+#: the role each stage's work gives a process, in the order they are tried
+BY_STAGE: tuple[tuple[str, str], ...] = (
+    ("forward", "inference"),
+    ("preprocess", "tokenizer"),
+    ("queue", "batcher"),
+)
+
+
+@dataclass
+class Activity:
+    """One process's signs: HTTP serving and a framework seen on any stack (CPU or wall
+    windows: an idle API still waits in its server's loop), and its active samples by stage
+    (CPU windows, as the process view counts them)."""
+
+    http: bool = False
+    supervisor: bool = False
+    framework: str | None = None
+    stages: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def active(self) -> int:
+        return sum(self.stages.values())
+
+
+def _signs(files: list[str]) -> tuple[bool, bool, str | None]:
+    http = any(part in f for f in files for part in HTTP_FILES)
+    supervisor = any(part in f for f in files for part in SUPERVISOR_FILES)
+    framework = next((name for part, name in FRAMEWORKS if any(part in f for f in files)), None)
+    return http, supervisor, framework
+
+
+def activities(session: Session) -> dict[int, Activity]:
+    """pid -> its Activity, for every process followed (empty without ``--children``)."""
+    if not session.processes:
+        return {}
+    target = session.target.pid or 0
+    owner = session.thread_pid
+    out = {pid: Activity() for pid in session.processes}
+    memo: dict[int, tuple[bool, bool, str | None]] = {}
+
+    def note(pid: int, sid: int) -> None:
+        signs = memo.get(sid)
+        if signs is None:
+            signs = memo[sid] = _signs([f.file for f in session.symbols.stack_frames(sid)])
+        a = out.get(pid)
+        if a is not None:
+            a.http = a.http or signs[0]
+            a.supervisor = a.supervisor or signs[1]
+            a.framework = a.framework or signs[2]
+
+    for pid, folded in session.folded_by_pid.items():
+        a = out.get(pid)
+        if a is None:
+            continue
+        for stage, n in folded.stage_counts.items():
+            if stage != IDLE and n:
+                a.stages[stage] = a.stages.get(stage, 0) + n
+        for sid in folded.stacks:
+            note(pid, sid)
+    for w in session.windows:
+        for tid, sid, n in w.window.counts:
+            pid = owner.get(tid, target)
+            note(pid, sid)
+            if w.wall:
+                continue
+            stage = session.stage_of(sid)
+            a = out.get(pid)
+            if stage != IDLE and a is not None:
+                a.stages[stage] = a.stages.get(stage, 0) + n
+    return out
+
+
+def role_by_activity(a: Activity, has_children: bool) -> str | None:
+    """The role a process's own work gives it, or None where it says nothing."""
+    role = None
+    if a.supervisor and has_children:
+        role = "supervisor"
+    elif a.http:
+        role = "api"
+    elif a.active >= MIN_ACTIVE:
+        for stage, name in BY_STAGE:
+            n = a.stages.get(stage, 0)
+            if n >= MIN_SHARE * a.active and n == max(a.stages.values()):
+                role = name
+                break
+    if role is not None and a.framework:
+        return f"{a.framework} {role}"
+    return role
+
+
+def activity_roles(session: Session) -> dict[int, str]:
+    """pid -> role from its work, numbered where several share one (``inference 1``,
+    ``inference 2``, in pid order); processes their work does not name are left out."""
+    acts = activities(session)
+    if not acts:
+        return {}
+    parents = {p.ppid for p in session.processes.values()}
+    named = {}
+    for pid, a in acts.items():
+        role = role_by_activity(a, pid in parents)
+        if role is not None:
+            named[pid] = role
+    seen: dict[str, int] = {}
+    for role in named.values():
+        seen[role] = seen.get(role, 0) + 1
+    counter: dict[str, int] = {}
+    out = {}
+    for pid in sorted(named):
+        role = named[pid]
+        if seen[role] > 1:
+            counter[role] = counter.get(role, 0) + 1
+            role = f"{role} {counter[role]}"
+        out[pid] = role
+    return out

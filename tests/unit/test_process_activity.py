@@ -1,0 +1,82 @@
+"""Processes named by what they do (analysis/processes/activity.py): from the files on their
+stacks and the stages of their active samples, over a session built from recording events."""
+
+from __future__ import annotations
+
+from infertop.analysis.processes.shares import roles
+from infertop.analysis.session import Session
+from infertop.model.events import (
+    Frame,
+    FrameDef,
+    ProcessDef,
+    SampleWindow,
+    StackDef,
+    TargetInfo,
+    ThreadDef,
+)  # fmt: skip
+
+STACKS = {
+    # an idle API: uvicorn's loop waiting in select (a wall window's sample)
+    "uvicorn": ("/site/uvicorn/server.py", "Server.serve", "/usr/lib/python3.12/selectors.py",
+                "EpollSelector.select"),
+    "litserve-api": ("/site/litserve/server.py", "LitServer.predict", "/site/starlette/routing.py",
+                     "Route.handle"),
+    "litserve-forward": ("/site/litserve/loops.py", "run_single_loop", "/site/torch/nn/modules/module.py",
+                         "Module._call_impl"),
+    "forward": ("/srv/worker.py", "main", "/site/torch/nn/modules/module.py", "Module._call_impl"),
+    "tokenize": ("/srv/worker.py", "main", "/site/tokenizers/implementations/base.py",
+                 "BaseTokenizer.encode_batch"),
+    "plain": ("/srv/worker.py", "main", "/srv/worker.py", "crunch"),
+    "uvicorn-supervisor": ("/site/uvicorn/supervisors/multiprocess.py", "Multiprocess.run",
+                           "/usr/lib/python3.12/threading.py", "Event.wait"),
+}  # fmt: skip
+
+
+def session(procs: list[tuple[int, int, str, list[tuple[str, int, bool]]]]) -> Session:
+    """procs: (pid, ppid, cmdline, [(stack name, samples, in a wall window)])."""
+    s = Session()
+    s.apply(TargetInfo(procs[0][0], procs[0][2]))
+    names = list(STACKS)
+    for i, name in enumerate(names):
+        f1, fn1, f2, fn2 = STACKS[name]
+        s.apply(FrameDef(2 * i, Frame(fn1, f1, 1)))
+        s.apply(FrameDef(2 * i + 1, Frame(fn2, f2, 2)))
+        s.apply(StackDef(i, (2 * i, 2 * i + 1)))
+    for pid, ppid, cmd, _ in procs:
+        s.apply(ProcessDef(pid, ppid, cmd))
+        s.apply(ThreadDef(pid, "MainThread", pid))
+    t = 0.0
+    for pid, _, _, stacks in procs:
+        for name, n, wall in stacks:
+            s.apply(SampleWindow(t, t + 1.0, 100.0, 100, ((pid, names.index(name), n),), idle=wall))
+            t += 1.0
+    return s
+
+
+def test_a_litserve_server_names_its_api_and_its_inference_worker() -> None:
+    s = session([
+        (10, 0, "python server.py", [("litserve-api", 30, False), ("uvicorn", 40, True)]),
+        (11, 10, "python -c from multiprocessing.resource_tracker import main;main(5)", []),
+        (12, 10, "python -c from multiprocessing.spawn import spawn_main", [("litserve-forward", 50, False)]),
+    ])  # fmt: skip
+    assert roles(s) == {10: "litserve api", 11: "resource tracker", 12: "litserve inference"}
+
+
+def test_an_idle_api_is_still_the_api_and_workers_are_numbered_by_pid() -> None:
+    s = session([
+        (20, 0, "python -m uvicorn app:app", [("uvicorn", 40, True)]),
+        (22, 20, "python worker.py", [("forward", 40, False)]),
+        (21, 20, "python worker.py", [("forward", 35, False), ("plain", 5, False)]),
+        (23, 20, "python worker.py", [("tokenize", 30, False), ("plain", 10, False)]),
+    ])  # fmt: skip
+    assert roles(s) == {20: "api", 21: "inference 1", 22: "inference 2", 23: "tokenizer"}
+
+
+def test_uvicorn_s_supervisor_is_no_api_and_unnamed_work_keeps_the_tree_s_names() -> None:
+    s = session([
+        (30, 0, "uvicorn app:app --workers 2", [("uvicorn-supervisor", 40, True)]),
+        (31, 30, "python -c spawn_main()", [("uvicorn", 40, True)]),
+        (32, 30, "python -c spawn_main()", [("plain", 40, False)]),
+        (33, 30, "python -c spawn_main()", [("forward", 5, False)]),  # too few samples to say
+    ])  # fmt: skip
+    assert roles(s) == {30: "supervisor", 31: "api", 32: "worker 1", 33: "worker 2"}
