@@ -378,7 +378,7 @@ def build_snapshot(
         pauses=session_pauses(session, t, duration),
         pause_history=_pause_history(session, t, shown[-history:], process),
         tails=session_tails(session, t, tails) if tails is not None else (),
-        requests=summarize_requests(span_list or session.spans_between(None, t))
+        requests=summarize_requests(span_list or session.spans_between(None, t), duration)
         if tails is not None
         else None,
     )

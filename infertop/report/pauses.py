@@ -6,6 +6,7 @@ from typing import Any
 
 from infertop.analysis.pauses import GcSummary, LoopLagSummary
 from infertop.analysis.requests import RequestSummary
+from infertop.analysis.shares import Latency
 from infertop.analysis.tail import StageTail
 
 
@@ -64,13 +65,19 @@ def tail_dict(tail: StageTail) -> dict[str, Any]:
     }
 
 
+def _lat(lat: Latency) -> dict[str, float]:
+    return {"p50": _r(lat.p50), "p95": _r(lat.p95), "p99": _r(lat.p99)}
+
+
 def requests_dict(req: RequestSummary | None) -> dict[str, Any] | None:
     if req is None:
         return None
     lat = req.latency_ms
     return {
         "count": req.count,
-        "latency_ms": {"p50": _r(lat.p50), "p95": _r(lat.p95), "p99": _r(lat.p99)},
+        "per_s": None if req.per_s is None else _r(req.per_s, 2),
+        "latency_ms": _lat(lat),
+        "by_route": [{"route": r.route, "count": r.count, "latency_ms": _lat(r.latency_ms)} for r in req.by_route],
         "stages": {k: {"share": _r(a, 4), "slowest_share": _r(b, 4)} for k, a, b in req.stage_shares},
         "slowest": [
             {"id": r.id, "t": _r(r.t_start, 6), "duration_ms": _r(r.duration_ms),

@@ -27,10 +27,17 @@ def pause_lines(rep: dict[str, Any]) -> list[str]:
     if req:
         lat = req["latency_ms"]
         slow = ", ".join(f"{k} {100 * v['slowest_share']:.0f}%" for k, v in list(req["stages"].items())[:4])
+        rate = f" ({req['per_s']:.1f}/s)" if req.get("per_s") else ""
         out.append(
-            f"requests: {req['count']}, p50 {lat['p50']:.1f} ms  p95 {lat['p95']:.1f} ms  "
+            f"requests: {req['count']}{rate}, p50 {lat['p50']:.1f} ms  p95 {lat['p95']:.1f} ms  "
             f"p99 {lat['p99']:.1f} ms; the slowest {len(req['slowest'])} spent: {slow}"
         )
+        for r in req.get("by_route", [])[:5]:
+            ms = r["latency_ms"]
+            out.append(
+                f"  {r['route']}: {r['count']}, p50 {ms['p50']:.1f} ms  p95 {ms['p95']:.1f} ms  "
+                f"p99 {ms['p99']:.1f} ms"
+            )
     gc = rep.get("gc")
     if gc:
         gens = ", ".join(f"gen {g['generation']}: {g['count']}× p99 {g['p99_ms']:.1f} ms" for g in gc["generations"])

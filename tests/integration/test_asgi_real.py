@@ -82,6 +82,13 @@ def test_requests_of_an_asgi_app_have_latency_and_a_tail_with_no_flags(tmp_path:
     # in the app, from its first await to its last send: under the clients' round trip
     assert 0.5 < lat["p50"] <= their_p50, (lat, their_p50)
     assert lat["p99"] >= 25, lat  # one request in 40 blocks ~30 ms in slow_lookup
+    # the same requests in `requests`, named by route, and their latency beside the clients'
+    req = rep["requests"]
+    routes = {r["route"]: r for r in req["by_route"]}
+    assert set(routes) == {"POST /embed"}, req["by_route"]
+    assert routes["POST /embed"]["count"] == req["count"] >= request["calls"] - 5, (req, request)
+    assert req["per_s"] and req["per_s"] > 10, req
+    print(f"requests p50 {req['latency_ms']['p50']:.2f} ms in the app, {their_p50:.2f} ms at the clients")
     tail = request["tail"]
     assert tail["frames"][0]["name"] == "slow_lookup", tail["frames"][:3]
     assert tail["frames"][0]["typical_share"] < 0.1

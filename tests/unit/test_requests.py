@@ -62,3 +62,24 @@ def test_spans_group_into_requests_with_their_stages() -> None:
     shares = {k: (a, b) for k, a, b in s.stage_shares}
     assert shares["queue"][1] > shares["forward"][1] and shares["forward"][0] > shares["queue"][0]
     assert summarize_requests(spans[-1:]) is None
+
+
+def test_agent_named_requests_have_routes_with_their_ids_taken_out() -> None:
+    from infertop.analysis.requests import route_of
+
+    assert route_of("POST /embed #17") == "POST /embed"
+    assert route_of("GET /items/42 #3") == "GET /items/{id}"
+    assert route_of("GET /u/0f8fad5b-d9cb-469f-a165-70867728950e/x?q=1 #9") == "GET /u/{id}/x"
+    assert route_of("GET / #1") == "GET /"
+    assert route_of("req-17") is None and route_of("my id #3") is None  # the application's own
+    spans = [
+        StageSpan(1, "request", 10.0 + i, 10.0 + i + (0.010 if i % 2 else 0.002),
+                  request=f"{'POST /embed' if i % 2 else 'GET /items/' + str(i)} #{i}")
+        for i in range(10)
+    ] + [StageSpan(1, "preprocess", 30.0, 30.5, request="mine")]  # fmt: skip
+    req = summarize_requests(spans, duration_s=20.0)
+    assert req is not None and req.count == 11 and req.per_s == 11 / 20.0
+    routes = {r.route: r for r in req.by_route}
+    assert set(routes) == {"POST /embed", "GET /items/{id}"}  # "mine" has no route
+    assert routes["POST /embed"].count == 5 and abs(routes["POST /embed"].latency_ms.p50 - 10.0) < 1e-6
+    assert abs(routes["GET /items/{id}"].latency_ms.p99 - 2.0) < 1e-6

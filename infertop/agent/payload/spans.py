@@ -32,8 +32,8 @@ class _SpansMixin:
         self.spans.append((native, name, start_ns, end_ns, request))
         self._note_span_thread(thread_id, native)
 
-    def _push_span(self, tid, stage, start_ns, end_ns):
-        self.spans.append((tid, stage, start_ns, end_ns, None))
+    def _push_span(self, tid, stage, start_ns, end_ns, request=None):
+        self.spans.append((tid, stage, start_ns, end_ns, request))
 
     def _install_sink(self):
         if self.sink_module is not None:

@@ -93,11 +93,16 @@ def find_known_codes():
 
 
 def _asgi_http(frame):
+    """The request's method and path ("POST /embed") for an HTTP scope, else None."""
     scope = frame.f_locals.get("scope")
-    return isinstance(scope, dict) and scope.get("type") == "http"
+    if not isinstance(scope, dict) or scope.get("type") != "http":
+        return None
+    return ("%s %s" % (scope.get("method") or "?", scope.get("path") or "/"))[:200]
 
 
-#: filters a known entry point's call must pass to be timed (called with its frame)
+#: filters a known entry point's call must pass to be timed (called with its frame): what
+#: they return names the call (its request id is that name and a number: "POST /embed #17"),
+#: and a call they return nothing for is not timed
 _CALL_FILTERS = {"asgi_http": _asgi_http}
 
 
@@ -119,7 +124,8 @@ class _Monitor:
 
     def __init__(self, codes, push, filters=None):
         self.codes = dict(codes)
-        self.push = push  # push(native_tid, stage, start_ns, end_ns)
+        self.push = push  # push(native_tid, stage, start_ns, end_ns, request id or None)
+        self.calls = 0  # named calls so far: the number in their request ids
         self.tool = None
         self.stacks = {}
         self.natives = {}  # ident -> native thread id, for the call sampler
@@ -197,13 +203,16 @@ class _Monitor:
     def _start_keyed(self, code):
         frame = sys._getframe(2)  # the timed code's (this, then _on_start, are above it)
         filt = self.filters.get(code)
-        if filt is not None and not filt(frame):
-            return None
+        name = None
+        if filt is not None:
+            name = filt(frame)
+            if not name:
+                return None
         ident = threading.get_ident()
         if ident not in self.natives:
             self.natives[ident] = threading.get_native_id()
         if len(self.open_frames) < 10000:
-            self.open_frames[id(frame)] = (code, time.perf_counter_ns(), ident)
+            self.open_frames[id(frame)] = (code, time.perf_counter_ns(), ident, name)
             self.open_by_thread[ident] = self.open_by_thread.get(ident, 0) + 1
         return None
 
@@ -211,13 +220,17 @@ class _Monitor:
         opened = self.open_frames.pop(id(sys._getframe(3)), None)  # _on_return, _finish above
         if opened is None or opened[0] is not code:
             return
-        _, start, ident = opened
+        _, start, ident, name = opened
         left = self.open_by_thread.get(ident, 1) - 1
         if left > 0:
             self.open_by_thread[ident] = left
         else:
             self.open_by_thread.pop(ident, None)
-        self.push(self.natives.get(ident, 0), self.codes[code], start, time.perf_counter_ns())
+        request = None
+        if name is not None:
+            self.calls += 1
+            request = "%s #%d" % (name, self.calls)
+        self.push(self.natives.get(ident, 0), self.codes[code], start, time.perf_counter_ns(), request)
 
     def _finish(self, code):
         try:
@@ -233,7 +246,7 @@ class _Monitor:
             while stack:
                 c, start = stack.pop()
                 if c is code:
-                    self.push(threading.get_native_id(), self.codes[code], start, end)
+                    self.push(threading.get_native_id(), self.codes[code], start, end, None)
                     return
         except Exception:
             pass
