@@ -52,6 +52,13 @@ STAGES: tuple[str, ...] = (
 DEFAULT_STAGE_RULES: tuple[tuple[str, str], ...] = (
     # infertop's own agent thread inside the target: its cost, shown as what it is
     ("infertop", "<infertop-agent>:*"),
+    # the handler methods of serving frameworks (LitServe's LitAPI, Triton's Python backend; a
+    # model's ``predict``, as scikit-learn's and most servers' APIs call it), before the
+    # generic names below (``decode_request`` is no tokenizer decode)
+    ("preprocess", "*.decode_request"),
+    ("forward", "*.predict"),
+    ("forward", "*TritonPythonModel.execute"),
+    ("serialize", "*.encode_response"),
     # request parsing and tokenizers (decode side is postprocess)
     ("postprocess", "*detokeniz*"),
     ("postprocess", "*tokeniz*:*decode*"),
@@ -80,7 +87,7 @@ DEFAULT_STAGE_RULES: tuple[tuple[str, str], ...] = (
     ("ipc", "*/multiprocessing/queues.py:*._feed"),
     ("ipc", "*/multiprocessing/queues.py:*.put*"),
     ("ipc", "*/multiprocessing/shared_memory.py:*"),
-    ("ipc", "*/multiprocessing/managers.py:*"),
+    ("ipc", "*/multiprocessing/managers.py:BaseProxy._callmethod"),
     ("ipc", "*/zmq/sugar/socket.py:*.send*"),
     ("ipc", "*/zmq/utils/*:*"),
     # serialization of results
@@ -148,6 +155,8 @@ WAIT_FRAMES: tuple[str, ...] = (
     "*/multiprocessing/connection.py:*.recv*",
     "*/multiprocessing/connection.py:*._recv*",  # a blocking read of the pipe
     "*/multiprocessing/connection.py:*._poll",
+    "*/multiprocessing/connection.py:*Listener.accept",
+    "*/socket.py:socket.accept",
     "*/zmq/sugar/socket.py:*.recv*",
     "*/zmq/sugar/poll.py:*.poll",
     "*/multiprocessing/connection.py:wait",

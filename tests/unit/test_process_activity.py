@@ -29,6 +29,10 @@ STACKS = {
     "plain": ("/srv/worker.py", "main", "/srv/worker.py", "crunch"),
     "uvicorn-supervisor": ("/site/uvicorn/supervisors/multiprocess.py", "Multiprocess.run",
                            "/usr/lib/python3.12/threading.py", "Event.wait"),
+    "manager": ("/usr/lib/python3.12/multiprocessing/managers.py", "Server.serve_forever",
+                "/usr/lib/python3.12/threading.py", "Event.wait"),
+    "litserve-main": ("/site/litserve/server.py", "LitServer.run", "/usr/lib/python3.12/multiprocessing/process.py",
+                      "BaseProcess.join"),
 }  # fmt: skip
 
 
@@ -54,12 +58,18 @@ def session(procs: list[tuple[int, int, str, list[tuple[str, int, bool]]]]) -> S
 
 
 def test_a_litserve_server_names_its_api_and_its_inference_worker() -> None:
+    # as LitServe 0.2 runs: a main process that waits, a manager, the API and the worker
     s = session([
-        (10, 0, "python server.py", [("litserve-api", 30, False), ("uvicorn", 40, True)]),
-        (11, 10, "python -c from multiprocessing.resource_tracker import main;main(5)", []),
-        (12, 10, "python -c from multiprocessing.spawn import spawn_main", [("litserve-forward", 50, False)]),
+        (9, 0, "python server.py", [("litserve-main", 40, True)]),
+        (10, 9, "python server.py", [("litserve-api", 30, False), ("uvicorn", 40, True)]),
+        (11, 9, "python -c from multiprocessing.resource_tracker import main;main(5)", []),
+        (12, 9, "python -c from multiprocessing.spawn import spawn_main", [("litserve-forward", 50, False)]),
+        (13, 9, "python server.py", [("manager", 40, True)]),
     ])  # fmt: skip
-    assert roles(s) == {10: "litserve api", 11: "resource tracker", 12: "litserve inference"}
+    assert roles(s) == {
+        9: "litserve supervisor", 10: "litserve api", 11: "resource tracker",
+        12: "litserve inference", 13: "manager",
+    }  # fmt: skip
 
 
 def test_an_idle_api_is_still_the_api_and_workers_are_numbered_by_pid() -> None:

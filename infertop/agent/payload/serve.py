@@ -280,7 +280,8 @@ class _ServingMixin:
                 for code, (stage, filt) in find_known_codes().items():
                     if code not in codes:  # the user's rule for it wins
                         codes[code] = stage
-                        filters[code] = _CALL_FILTERS[filt]
+                        if filt is not None:
+                            filters[code] = _CALL_FILTERS[filt]
             if len(codes) > MAX_STAGE_FUNCTIONS:
                 # a pattern such as "*" would time every call in the target
                 self._status_once(

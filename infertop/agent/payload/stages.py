@@ -75,12 +75,19 @@ def find_stage_codes(patterns):
 KNOWN_ENTRY_POINTS = (
     ("request", "starlette.applications", "Starlette.__call__", "asgi_http"),
 )
+#: framework base classes whose subclasses' handler methods the agent times the same way:
+#: (module, class, ((method, stage), ...)); only methods a subclass defines itself (the user's)
+KNOWN_HANDLERS = (
+    ("litserve.api", "LitAPI", (("decode_request", "preprocess"), ("predict", "forward"),
+                                ("encode_response", "serialize"))),
+)
 _CO_COROUTINE = 0x0080
 _CO_ASYNC_GENERATOR = 0x0200
 
 
 def find_known_codes():
-    """{code: (stage, filter name)} of the KNOWN_ENTRY_POINTS whose modules are loaded."""
+    """{code: (stage, filter name or None)} of the KNOWN_ENTRY_POINTS whose modules are
+    loaded, and of the KNOWN_HANDLERS its subclasses define."""
     found = {}
     for stage, module, path, filt in KNOWN_ENTRY_POINTS:
         obj = sys.modules.get(module)
@@ -89,7 +96,27 @@ def find_known_codes():
         code = getattr(obj, "__code__", None)
         if code is not None:
             found[code] = (stage, filt)
+    for module, cls_name, methods in KNOWN_HANDLERS:
+        base = getattr(sys.modules.get(module), cls_name, None)
+        for cls in _subclasses(base) if isinstance(base, type) else ():
+            for meth, stage in methods:
+                code = getattr(cls.__dict__.get(meth), "__code__", None)
+                if code is not None:
+                    found[code] = (stage, None)
     return found
+
+
+def _subclasses(base, limit=200):
+    """Every subclass of ``base``, breadth first, at most ``limit``."""
+    out, todo = [], [base]
+    while todo and len(out) < limit:
+        try:
+            subs = type.__subclasses__(todo.pop(0))
+        except Exception:
+            continue
+        out.extend(subs)
+        todo.extend(subs)
+    return out[:limit]
 
 
 def _asgi_http(frame):

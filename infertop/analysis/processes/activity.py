@@ -1,7 +1,8 @@
 """What each process of a ``--children`` session does, from the stacks it shows: it serves
 HTTP (``api``), runs the model (``inference``), tokenizes (``tokenizer``), waits for batches
-(``batcher``), or watches its worker processes (``supervisor``: uvicorn's and gunicorn's, torch
-elastic's); with the name of the serving
+(``batcher``), runs multiprocessing's manager server (``manager``), or watches its worker
+processes (``supervisor``: uvicorn's, gunicorn's, torch elastic's, a serving framework's main
+process); with the name of the serving
 framework whose code is on its stacks where one is known (``litserve api``). Pure functions over
 a ``Session``; ``roles`` (shares.py) falls back on the tree and the command line
 (``router``, ``worker N``) where this says nothing (docs/processes.md)."""
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field
 
 from infertop.analysis.session import Session
 from infertop.analysis.stages import IDLE
+from infertop.model.events import Frame
 
 #: a frame whose file holds one of these serves HTTP (or gRPC): the process is an API
 HTTP_FILES: tuple[str, ...] = (
@@ -23,6 +25,8 @@ HTTP_FILES: tuple[str, ...] = (
 SUPERVISOR_FILES: tuple[str, ...] = (
     "/uvicorn/supervisors/", "/gunicorn/arbiter.py", "/torch/distributed/elastic/",
 )  # fmt: skip
+#: multiprocessing's manager server (proxies' objects live in it), by its functions
+MANAGER_FUNCTIONS: tuple[str, ...] = ("Server.serve_forever", "Server.accepter", "Server.serve_client")
 #: serving frameworks, by a file of theirs on the stack: (part of the path, name)
 FRAMEWORKS: tuple[tuple[str, str], ...] = (
     ("/litserve/", "litserve"),
@@ -53,6 +57,7 @@ class Activity:
 
     http: bool = False
     supervisor: bool = False
+    manager: bool = False  # runs multiprocessing's manager server
     framework: str | None = None
     stages: dict[str, int] = field(default_factory=dict)
 
@@ -61,11 +66,16 @@ class Activity:
         return sum(self.stages.values())
 
 
-def _signs(files: list[str]) -> tuple[bool, bool, str | None]:
+def _signs(frames: list[Frame]) -> tuple[bool, bool, bool, str | None]:
+    files = [f.file for f in frames]
     http = any(part in f for f in files for part in HTTP_FILES)
     supervisor = any(part in f for f in files for part in SUPERVISOR_FILES)
+    manager = any(
+        f.function in MANAGER_FUNCTIONS and f.file.endswith("/multiprocessing/managers.py")
+        for f in frames
+    )
     framework = next((name for part, name in FRAMEWORKS if any(part in f for f in files)), None)
-    return http, supervisor, framework
+    return http, supervisor, manager, framework
 
 
 def activities(session: Session) -> dict[int, Activity]:
@@ -75,17 +85,18 @@ def activities(session: Session) -> dict[int, Activity]:
     target = session.target.pid or 0
     owner = session.thread_pid
     out = {pid: Activity() for pid in session.processes}
-    memo: dict[int, tuple[bool, bool, str | None]] = {}
+    memo: dict[int, tuple[bool, bool, bool, str | None]] = {}
 
     def note(pid: int, sid: int) -> None:
         signs = memo.get(sid)
         if signs is None:
-            signs = memo[sid] = _signs([f.file for f in session.symbols.stack_frames(sid)])
+            signs = memo[sid] = _signs(session.symbols.stack_frames(sid))
         a = out.get(pid)
         if a is not None:
             a.http = a.http or signs[0]
             a.supervisor = a.supervisor or signs[1]
-            a.framework = a.framework or signs[2]
+            a.manager = a.manager or signs[2]
+            a.framework = a.framework or signs[3]
 
     for pid, folded in session.folded_by_pid.items():
         a = out.get(pid)
@@ -114,6 +125,8 @@ def role_by_activity(a: Activity, has_children: bool) -> str | None:
     role = None
     if a.supervisor and has_children:
         role = "supervisor"
+    elif a.manager and not a.http:
+        return "manager"  # multiprocessing's, whoever started it
     elif a.http:
         role = "api"
     elif a.active >= MIN_ACTIVE:
@@ -122,6 +135,8 @@ def role_by_activity(a: Activity, has_children: bool) -> str | None:
             if n >= MIN_SHARE * a.active and n == max(a.stages.values()):
                 role = name
                 break
+    if role is None and a.framework and has_children and a.active < MIN_ACTIVE:
+        role = "supervisor"  # a framework's main process, waiting on the ones it started
     if role is not None and a.framework:
         return f"{a.framework} {role}"
     return role

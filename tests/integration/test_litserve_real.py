@@ -1,0 +1,139 @@
+"""Latency by default on a real multi-process server: LitServe (an API process under uvicorn
+and a spawned inference worker, dynamic batching) on Python 3.12, loaded by six clients, and
+``infertop record PID --children`` with no other flag: the requests' p50 beside the clients',
+per-call latency of the worker's stages, processes named for what they do, and the hop
+between them as ``ipc``."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from .helpers import ROOT, infertop, report_json, until
+
+pytestmark = pytest.mark.slow
+VENV312 = ROOT / ".venv312" / "bin" / "python"
+APP = ROOT / "tests" / "integration" / "targets" / "litserve_app.py"
+
+
+def _has_litserve() -> bool:
+    if not VENV312.exists():
+        return False
+    return subprocess.run([str(VENV312), "-c", "import litserve"], capture_output=True).returncode == 0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Clients:
+    """Six client threads posting until stopped; (end time, latency ms) of each request."""
+
+    def __init__(self, port: int) -> None:
+        self.url = f"http://127.0.0.1:{port}/predict"
+        self.stop = threading.Event()
+        self.done: list[tuple[float, float]] = []
+        self.threads = [threading.Thread(target=self._run, daemon=True) for _ in range(6)]
+        for t in self.threads:
+            t.start()
+
+    def _run(self) -> None:
+        body = json.dumps({"text": "hello world " * 20}).encode()
+        headers = {"content-type": "application/json"}
+        while not self.stop.is_set():
+            t = time.perf_counter()
+            req = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
+            with urllib.request.urlopen(req, timeout=30) as r:
+                r.read()
+            self.done.append((time.time(), (time.perf_counter() - t) * 1000))
+
+    def close(self) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(30)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """LitServe's main process dies on SIGTERM and leaves its API, worker and manager running:
+    the server runs in its own process group, and the whole group is stopped."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            proc.poll()
+            try:
+                os.killpg(proc.pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.1)
+
+
+def _healthy(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+            return r.status == 200
+    except (OSError, urllib.error.URLError):
+        return False
+
+
+@pytest.mark.skipif(not _has_litserve(), reason=f"needs {VENV312} with litserve (make .venv312/.installed)")
+def test_a_litserve_server_has_request_and_stage_latency_roles_and_ipc_with_no_flags(tmp_path: Path) -> None:
+    port = _free_port()
+    log = open(tmp_path / "server.log", "w")  # noqa: SIM115 - closed at the end
+    proc = subprocess.Popen(
+        [str(VENV312), str(APP), str(port)], cwd=ROOT, stdin=subprocess.DEVNULL,
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    clients = None
+    try:
+        until(lambda: _healthy(port), 90, f"LitServe's /health on port {port}")
+        clients = Clients(port)
+        until(lambda: len(clients.done) > 50, 60, "the first answers")
+        out = tmp_path / "litserve.infertop"
+        t0 = time.time()
+        p = infertop("record", str(proc.pid), "--children", "-o", str(out), "--duration", "15",
+                     timeout=200)  # fmt: skip
+        t1 = time.time()
+        assert p.returncode == 0, p.stderr
+    finally:
+        if clients is not None:
+            clients.close()
+        _stop(proc)
+        log.close()
+    rep = report_json(str(out))
+    # (1) request latency end to end in the API process, beside what the clients measured over
+    #     the same seconds (the agent times requests from its start, a few seconds in)
+    req = rep["requests"]
+    assert req is not None and req["count"] >= 100, req
+    theirs = sorted(ms for t, ms in clients.done if t0 + 5 <= t <= t1)
+    their_p50 = theirs[len(theirs) // 2]
+    ours = req["latency_ms"]["p50"]
+    print(f"LitServe: request p50 {ours:.1f} ms in the API process, {their_p50:.1f} ms at the clients")
+    assert abs(ours - their_p50) <= 0.2 * their_p50, (ours, their_p50)
+    assert [r["route"] for r in req["by_route"]] == ["POST /predict"], req["by_route"]
+    # (2) per-call latency of the worker's stages: LitAPI's handler methods, timed by default
+    stages = {s["name"]: s for s in rep["stages"]}
+    for name in ("preprocess", "forward"):
+        assert stages.get(name, {}).get("calls"), (name, stages.get(name))
+        assert stages[name]["latency_ms"]["p50"] > 0, stages[name]
+    assert stages["forward"]["latency_ms"]["p50"] >= 3.5, stages["forward"]  # ≥ 4 ms a request
+    # (3) processes named for what they do
+    roles = {p["role"] for p in rep["processes"]}
+    assert {"litserve api", "litserve inference"} <= roles, roles
+    # (4) the hop between them: ipc
+    assert stages.get("ipc", {}).get("samples", 0) > 0 or stages.get("ipc", {}).get("cpu_samples", 0) > 0, stages.get("ipc")
