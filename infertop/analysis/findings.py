@@ -65,6 +65,8 @@ class MemoryState:
 class FindingInput:
     wall_us: float = 0.0
     stage_shares: dict[str, float] = field(default_factory=dict)  # share of active samples
+    #: the samples behind each share (empty: not known, no minimum applies)
+    stage_samples: dict[str, int] = field(default_factory=dict)
     stage_where: dict[str, tuple[str, ...]] = field(default_factory=dict)  # hottest frames
     queue_latency_share: float | None = None  # queue time / request latency (from spans)
     gil_wait_share: float | None = None
@@ -315,6 +317,9 @@ def _stage_rule(rule_id: str, stage: str, attr: str, hint: str) -> Rule:
         limit = getattr(th, attr)
         if share is None or share < limit:
             return None
+        if inp.stage_samples and inp.stage_samples.get(stage, 0) < th.stage_min_samples:
+            return None  # a share of a handful of samples is chance (an API process's wall
+            # view held 5 samples of JSON encoding and nothing else in a stage: "100 %")
         return Finding(
             rule_id,
             _severity(share, limit * 1.5, limit * 2),

@@ -32,7 +32,8 @@ def _merged_ops(snap: Snapshot) -> tuple[OpRow, ...]:
 
 def snapshot_input(snap: Snapshot) -> FindingInput:
     # wall shares, whichever view the UI shows (a finding does not change with the view)
-    shares = {s.name: s.share for s in snap.wall_totals or snap.totals if s.name != IDLE}
+    totals = [s for s in snap.wall_totals or snap.totals if s.name != IDLE]
+    shares = {s.name: s.share for s in totals}
     where: dict[str, list[str]] = {}
     for t in snap.top:
         where.setdefault(t.stage, []).append(
@@ -58,6 +59,7 @@ def snapshot_input(snap: Snapshot) -> FindingInput:
     return FindingInput(
         wall_us=snap.op_seconds * 1e6,
         stage_shares=shares,
+        stage_samples={s.name: s.samples for s in totals},
         stage_where={k: tuple(v) for k, v in where.items()},
         ops=ops,
         outside_ops=_outside_ops(snap, cpu_self),

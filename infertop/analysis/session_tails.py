@@ -10,15 +10,25 @@ from infertop.analysis.session import Session
 from infertop.analysis.tail import IntervalSet, StageTail, TailInputs, stage_tail
 
 
-def session_pauses(session: Session, t: float | None, duration_s: float) -> PauseSummary:
-    gc = session.gc_pauses if t is None else [p for p in session.gc_pauses if p.t_end <= t]
-    lags = session.loop_lags if t is None else [x for x in session.loop_lags if x.t <= t]
+def session_pauses(
+    session: Session, t: float | None, duration_s: float, process: int | None = None
+) -> PauseSummary:
+    """The pauses up to ``t``; ``process``: one process's only (its agent's GC pauses, loop
+    lags and GIL waits), as the view of that process and its own findings use them."""
+    target = session.target.pid or 0
+
+    def mine(pid: int) -> bool:  # an agent's pid 0 is the target's
+        return process is None or pid == process or (pid == 0 and process == target)
+
+    gc = [p for p in session.gc_pauses if (t is None or p.t_end <= t) and mine(p.pid)]
+    lags = [x for x in session.loop_lags if (t is None or x.t <= t) and mine(x.pid)]
     samples = session.call_samples
     gil = None
     if samples.n or samples.gil_waits:
         gil = [
             IntervalSet(w for w in waits if t is None or w[1] <= t).total
-            for waits in samples.gil_waits.values()
+            for pid, waits in samples.gil_waits.items()
+            if mine(pid)
         ]
     return summarize_pauses(
         gc, lags, session.pause_fold, duration_s, session.spans_between(None, t), gil

@@ -375,7 +375,7 @@ def build_snapshot(
         cpu_totals=tuple(cpu_totals),
         wall_measured=wall_measured,
         shape=shape,
-        pauses=session_pauses(session, t, duration),
+        pauses=session_pauses(session, t, duration, process),
         pause_history=_pause_history(session, t, shown[-history:], process),
         tails=session_tails(session, t, tails) if tails is not None else (),
         requests=summarize_requests(span_list or session.spans_between(None, t), duration)

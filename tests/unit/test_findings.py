@@ -205,3 +205,9 @@ def test_severity_grows_with_magnitude() -> None:
     low = RULES["preprocess-hot"](FindingInput(stage_shares={"preprocess": 0.26}), TH)
     high = RULES["preprocess-hot"](FindingInput(stage_shares={"preprocess": 0.6}), TH)
     assert low and high and (low.severity, high.severity) == ("low", "high")
+
+
+def test_a_stage_share_of_a_handful_of_samples_is_no_finding() -> None:
+    few = FindingInput(stage_shares={"serialize": 1.0}, stage_samples={"serialize": 5})
+    enough = FindingInput(stage_shares={"serialize": 1.0}, stage_samples={"serialize": 20})
+    assert not fires("serialize-hot", few) and fires("serialize-hot", enough)
