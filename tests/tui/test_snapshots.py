@@ -111,10 +111,16 @@ def _check(name: str, svg: str, text: str, tmp_path: Path) -> None:
         return
     if not path.is_file():
         pytest.fail(f"no snapshot {path}: make it with INFERTOP_UPDATE_SNAPSHOTS=1")
-    if svg != path.read_text(encoding="utf-8"):
+    saved = path.read_text(encoding="utf-8")
+    if svg != saved:
         new = tmp_path / f"{name}.svg"
         new.write_text(svg, encoding="utf-8")
-        pytest.fail(f"{name} renders differently from {path} (now: {new}); the screen now:\n{text}")
+        a, b = saved.splitlines(), svg.splitlines()
+        at = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        first = f"line {at + 1}: saved {a[at][:300] if at < len(a) else '(end)'!r}\n" \
+            f"         now   {b[at][:300] if at < len(b) else '(end)'!r}"
+        pytest.fail(f"{name} renders differently from {path} (now: {new}); {first}\n"
+                    f"the screen now:\n{text}")  # fmt: skip
 
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
