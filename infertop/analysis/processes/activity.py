@@ -2,10 +2,10 @@
 HTTP (``api``), runs the model (``inference``), tokenizes (``tokenizer``), waits for batches
 (``batcher``), runs multiprocessing's manager server (``manager``), or watches its worker
 processes (``supervisor``: uvicorn's, gunicorn's, torch elastic's, a serving framework's main
-process); with the name of the serving
-framework whose code is on its stacks where one is known (``litserve api``). Pure functions over
-a ``Session``; ``roles`` (shares.py) falls back on the tree and the command line
-(``router``, ``worker N``) where this says nothing (docs/processes.md)."""
+process); with the name of the serving framework whose code is on its stacks where one is
+known (``litserve api``). Pure functions over a ``Session``; ``roles`` (shares.py) falls back
+on the tree and the command line (``router``, ``worker N``) where this says nothing
+(docs/processes.md)."""
 
 from __future__ import annotations
 
