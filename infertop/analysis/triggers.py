@@ -4,9 +4,10 @@ Pure: a ``Triggers`` is fed ``StageSpan`` events (``add``) and asked ``check(now
 a ``Firing`` (which trigger, and why in words) or None. Two kinds (docs/watch.md):
 
 - **auto**: a stage's p95 over the last ``window_s`` (2 s) above 2× its p95 over the 60 s
-  before, or its call rate over the last ``RATE_WINDOW_S`` (5 s) below half of that 60 s rate. It needs data first: 20 s of the
-  stage's history, enough calls in both windows, at least 3 calls over the threshold (one
-  slow call is not a spell) and a difference of at least 1 ms, so a steady load never fires.
+  before, or its call rate over the last ``RATE_WINDOW_S`` (5 s) below half of that 60 s
+  rate. It needs data first: 20 s of the stage's history, enough calls in both windows, at
+  least 3 calls over the threshold (one slow call is not a spell) and a difference of at least
+  1 ms, so a steady load never fires.
 - **rules** (``parse_rule``): ``forward.p99>250ms``, ``preprocess.p95>40ms``,
   ``forward.rate<5/s``, evaluated over the last ``window_s``.
 

@@ -9,6 +9,7 @@ on the tree and the command line (``router``, ``worker N``) where this says noth
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 
 from infertop.analysis.session import Session
@@ -66,7 +67,7 @@ class Activity:
         return sum(self.stages.values())
 
 
-def _signs(frames: list[Frame]) -> tuple[bool, bool, bool, str | None]:
+def _signs(frames: list[Frame]) -> Signs:
     files = [f.file for f in frames]
     http = any(part in f for f in files for part in HTTP_FILES)
     supervisor = any(part in f for f in files for part in SUPERVISOR_FILES)
@@ -78,6 +79,12 @@ def _signs(frames: list[Frame]) -> tuple[bool, bool, bool, str | None]:
     return http, supervisor, manager, framework
 
 
+Signs = tuple[bool, bool, bool, str | None]
+#: each symbol table's stacks' signs: a stack never changes once defined, and the roles are
+#: asked for at every snapshot of a live session
+_SIGNS: weakref.WeakKeyDictionary[object, dict[int, Signs]] = weakref.WeakKeyDictionary()
+
+
 def activities(session: Session) -> dict[int, Activity]:
     """pid -> its Activity, for every process followed (empty without ``--children``)."""
     if not session.processes:
@@ -85,7 +92,7 @@ def activities(session: Session) -> dict[int, Activity]:
     target = session.target.pid or 0
     owner = session.thread_pid
     out = {pid: Activity() for pid in session.processes}
-    memo: dict[int, tuple[bool, bool, bool, str | None]] = {}
+    memo = _SIGNS.setdefault(session.symbols, {})
 
     def note(pid: int, sid: int) -> None:
         signs = memo.get(sid)
