@@ -108,10 +108,16 @@ def test_inject_profile_detach_leaves_nothing(targets):
     assert kineto_threads(target.pid, extra) == extra
     assert not [n for n in socket_dir_entries() if str(target.pid) in n]
     # back to full speed: as much work per CPU second as before (nothing left hooked or running)
-    work_after = target.work_per_cpu_s(2.0)
     # (0.7: measured -22 % after a clean detach, no thread or hook left, on a machine running
-    # two CPU hogs and another test beside it; a profiler left on costs far more)
-    assert work_after > 0.7 * work_before, (work_before, work_after)
+    # two CPU hogs and another test beside it; a profiler left on costs far more). Polled: one
+    # 2 s reading beside other tests was a third off on a fresh-clone CI run (31105 -> 20633)
+    readings = []
+    for _ in range(4):
+        readings.append(target.work_per_cpu_s(2.0))
+        if readings[-1] > 0.7 * work_before:
+            break
+    else:
+        raise AssertionError(f"not back to speed in 8 s: before {work_before}, after {readings}")
     out, err = target.stop()
     assert target.proc.returncode == 0
     assert out == "" and err == "", (out, err)
