@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import resource
 import threading
 import time
 from typing import Self
@@ -66,10 +67,10 @@ def test_stage_shares_match_ground_truth(tmp_path, sample: str, args: list[str],
 
 
 # -- wall time with native code off the Python thread -----------------------------------------
-#: 3 points: the wall view's stages on the pipeline thread against perf_counter around them.
-#: ~3,000 wall samples (200 Hz, 30 s, every other window a wall window): a share's sampling
-#: error is at most 0.009 (1 sigma), so 3 points is > 3 sigma for every stage
-WALL_TOLERANCE = 0.03
+#: the wall view's stages on the pipeline thread against perf_counter around them, ~3,000 wall
+#: samples (200 Hz, 30 s, every other window a wall window): a share's Poisson error is at most
+#: 0.009 (1 sigma), but py-spy's ticks are regular and so are these loops, and whole runs have
+#: missed by up to 3.4 points on a quiet machine (docs/performance.md): each case says its bar
 WALL_RATE, WALL_DURATION = "200", "30"
 
 
@@ -78,7 +79,8 @@ WALL_RATE, WALL_DURATION = "200", "30"
     [
         # the Hugging Face fast tokenizer (Rust, parallel) and multi-threaded zstd in serialize,
         # a BertModel between them; a helper thread that only sleeps and writes a file
-        (["tests/integration/targets/embed_loop.py", "--compress"], ("preprocess", "forward", "serialize"), 0.04, 0.03, WALL_TOLERANCE),
+        # (forward read 73.8 % against 70.8 % once on a quiet machine, 2026-12-02: 4 points)
+        (["tests/integration/targets/embed_loop.py", "--compress"], ("preprocess", "forward", "serialize"), 0.04, 0.03, 0.04),
         # the bundled service with the Rust tokenizer: a batcher thread between client threads
         # (its other: the batcher's own work between stages, waking the clients: ~3 %); its
         # encode is short, and on a busy machine the CPU view, whose shares are of every
@@ -93,7 +95,14 @@ def test_wall_shares_match_ground_truth_with_native_code(
     tmp_path, args: list[str], stages: tuple[str, ...], other_max: float, cpu_gap: float | None,
     tolerance: float,
 ) -> None:
-    spent, out = _record_beside_truth(tmp_path, args, WALL_DURATION, WALL_RATE, wall_only=True)
+    load = _OtherLoad()
+    spent, out = _record_beside_truth(tmp_path, args, WALL_DURATION, WALL_RATE, wall_only=True, load=load)
+    if load.cores > BUSY_CORES:
+        # other work took CPU from the target and py-spy alike (CI's machine, a developer's
+        # laptop): py-spy's ticks come late, more so while the stage on a native thread pool
+        # holds both cores; measured under two CPU hogs on 2 cores (docs/performance.md)
+        tolerance = max(tolerance, BUSY_TOLERANCE)
+    print(f"other processes took {load.cores:.2f} cores: tolerance {tolerance:.2f}")
     truth = {s: spent.get(s, 0.0) / sum(spent.get(x, 0.0) for x in stages) for s in stages}
     rep = report_json(out)
     assert rep["infertop_report"] == 2 and rep["sampling"]["views"] == ["wall", "cpu"]
@@ -112,7 +121,8 @@ def test_wall_shares_match_ground_truth_with_native_code(
 
 
 def _record_beside_truth(
-    tmp_path, argv: list[str], duration: str, rate: str, wall_only: bool = False
+    tmp_path, argv: list[str], duration: str, rate: str, wall_only: bool = False,
+    load: _OtherLoad | None = None,
 ) -> tuple[dict[str, float], str]:
     """Start the target with its ground truth, record it with the defaults but for the rate and
     duration; return the truth's seconds by stage over the time py-spy sampled (its wall
@@ -134,7 +144,11 @@ def _record_beside_truth(
         series = _TruthSeries(truth_path)
         out = str(tmp_path / "s.infertop")
         with series:
+            if load is not None:
+                load.start(target.pid)
             p = infertop("record", str(target.pid), "-o", out, "--duration", duration, "--rate", rate)
+            if load is not None:
+                load.stop()
             assert p.returncode == 0, p.stderr
             windows = [e for e in read_recording(out).events if isinstance(e, SampleWindow)]
             assert windows, f"no sample window in {out}"
@@ -153,6 +167,47 @@ def _record_beside_truth(
         for stage, v in b.items():
             spent[stage] = spent.get(stage, 0.0) + v - a.get(stage, 0.0)
     return spent, out
+
+
+#: other processes' CPU (cores, averaged over the recording) above which the machine counts as
+#: busy, and the wall view's tolerance then: under two CPU hogs on the 2 cores the embedding
+#: loop's forward read 3.1 points off its truth in one run of four (docs/performance.md)
+BUSY_CORES = 0.3
+BUSY_TOLERANCE = 0.05
+
+
+class _OtherLoad:
+    """The CPU that processes other than the target, this test and its children (``infertop
+    record`` and the py-spy it reaps) took while a recording ran, in cores: the whole machine's
+    busy time from /proc/stat less theirs."""
+
+    cores = 0.0
+
+    def start(self, pid: int) -> None:
+        self.pid = pid
+        self.t0, self.busy0, self.ours0 = time.monotonic(), _machine_busy_s(), self._ours()
+
+    def stop(self) -> None:
+        wall = time.monotonic() - self.t0
+        others = (_machine_busy_s() - self.busy0) - (self._ours() - self.ours0)
+        self.cores = max(0.0, others / wall) if wall > 0 else 0.0
+
+    def _ours(self) -> float:
+        me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        with open(f"/proc/{self.pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        target = (int(fields[11]) + int(fields[12])) / TICK  # utime, stime: every thread
+        return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime + target
+
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _machine_busy_s() -> float:
+    with open("/proc/stat") as fh:
+        cpu = fh.readline().split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in cpu[:8])
+    return (user + nice + system + irq + softirq + steal) / TICK
 
 
 class _TruthSeries:
