@@ -102,8 +102,8 @@ class _CallSamplerMixin:
         out = {}
         monitor = self.monitor
         if monitor is not None:
-            for ident, stack in list(monitor.stacks.items()):
-                if stack:
+            for ident, opened in list(monitor.open.items()):
+                if opened:
                     out[ident] = monitor.natives.get(ident, 0)
             for ident in list(monitor.open_by_thread):  # coroutine calls (an ASGI request)
                 out[ident] = monitor.natives.get(ident, 0)

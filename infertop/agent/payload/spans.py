@@ -29,7 +29,16 @@ class _SpansMixin:
 
     def _span_sink(self, thread_id, name, start_ns, end_ns, request=None):
         native = threading.get_native_id()
-        self.spans.append((native, name, start_ns, end_ns, request))
+        spans, inner = self.spans, []
+        # a call of this stage timed inside this span on its thread (``json.dumps`` in a ``with
+        # infertop.stage("serialize")``) is part of it, as a nested call of a stage's own is
+        # (stages.py): taken back, unless already sent; the buffer is in order of ends
+        while spans and spans[-1][3] >= start_ns:
+            last = spans.pop()
+            if not (last[0] == native and last[1] == name and last[2] >= start_ns):
+                inner.append(last)
+        spans.extend(reversed(inner))
+        spans.append((native, name, start_ns, end_ns, request))
         self._note_span_thread(thread_id, native)
 
     def _push_span(self, tid, stage, start_ns, end_ns, request=None):
@@ -61,7 +70,8 @@ class _SpansMixin:
     def _start_monitor(self):
         if not self.stage_codes or not _Monitor.available():
             return
-        monitor = _Monitor(self.stage_codes, self._push_span, self.stage_filters)
+        own = self.thread.ident if self.thread is not None else None
+        monitor = _Monitor(self.stage_codes, self._push_span, self.stage_filters, ignore=(own,))
         try:
             monitor.install()
         except Exception as exc:

@@ -71,9 +71,29 @@ def find_stage_codes(patterns):
 
 #: entry points the agent times without being told, when their module is loaded (Python >=
 #: 3.12): (stage, module, attribute path, filter). ``asgi_http``: only calls whose ``scope`` is
-#: an HTTP request (not lifespan, not websocket). FastAPI's app calls Starlette's.
+#: an HTTP request (not lifespan, not websocket). FastAPI's app calls Starlette's. A path may
+#: name alternatives (``A|B``): the first one found is timed. Every plain (not ``async``) timed
+#: function counts as one call only where it is the outermost of its stage on its thread: a
+#: model's forward is one call, not one per sub-module; a tokenizer's ``__call__`` and the
+#: ``encode`` inside it are one preprocess call.
 KNOWN_ENTRY_POINTS = (
     ("request", "starlette.applications", "Starlette.__call__", "asgi_http"),
+    # Hugging Face tokenizers through transformers (slow and fast); the Rust ``tokenizers``
+    # package alone is C to sys.monitoring: its samples are preprocess, its calls untimed
+    ("preprocess", "transformers.tokenization_utils_base", "PreTrainedTokenizerBase.__call__", None),
+    ("preprocess", "transformers.tokenization_utils_base", "PreTrainedTokenizerBase.encode", None),
+    ("preprocess", "transformers.tokenization_utils_base", "PreTrainedTokenizerBase.encode_plus", None),
+    ("preprocess", "transformers.tokenization_utils_base", "PreTrainedTokenizerBase.batch_encode_plus", None),
+    ("postprocess", "transformers.tokenization_utils_base", "PreTrainedTokenizerBase.decode", None),
+    ("postprocess", "transformers.tokenization_utils_base", "PreTrainedTokenizerBase.batch_decode", None),
+    # a whole generation (a model's forward: find_model_codes)
+    ("forward", "transformers.generation.utils", "GenerationMixin.generate", None),
+    # FastAPI's response: validated and serialized (to JSON bytes in pydantic's Rust core
+    # where the endpoint declares its return type; else json.dumps, next, does the bytes)
+    ("serialize", "fastapi.routing", "serialize_response", None),
+    # the standard library's JSON encoder (a response's body; reading a request's is not
+    # timed: a framework parses every body so, and its calls would swamp the tokenizer's)
+    ("serialize", "json", "dumps", None),
 )
 #: framework base classes whose subclasses' handler methods the agent times the same way:
 #: (module, class, ((method, stage), ...)); only methods a subclass defines itself (the user's)
@@ -89,13 +109,18 @@ def find_known_codes():
     """{code: (stage, filter name or None)} of the KNOWN_ENTRY_POINTS whose modules are
     loaded, and of the KNOWN_HANDLERS its subclasses define."""
     found = {}
-    for stage, module, path, filt in KNOWN_ENTRY_POINTS:
-        obj = sys.modules.get(module)
-        for part in path.split("."):
-            obj = getattr(obj, part, None) if obj is not None else None
-        code = getattr(obj, "__code__", None)
-        if code is not None:
-            found[code] = (stage, filt)
+    for stage, module, paths, filt in KNOWN_ENTRY_POINTS:
+        for path in paths.split("|"):
+            code = _code_of(sys.modules.get(module), path)
+            if code is not None:
+                found.setdefault(code, (stage, filt))
+                break
+    try:
+        models = find_model_codes()
+    except Exception:  # an odd object in the heap: no model timed, the rest still is
+        models = []
+    for code in models:
+        found.setdefault(code, ("forward", None))
     for module, cls_name, methods in KNOWN_HANDLERS:
         base = getattr(sys.modules.get(module), cls_name, None)
         for cls in _subclasses(base) if isinstance(base, type) else ():
@@ -104,6 +129,63 @@ def find_known_codes():
                 if code is not None:
                     found[code] = (stage, None)
     return found
+
+
+#: at most this many model classes' forwards are timed
+MAX_MODEL_CODES = 16
+
+
+def find_model_codes():
+    """The code of the ``forward`` of every model alive in this process: a torch module that
+    holds sub-modules and that no other module holds (a root). Only the roots' classes: timing
+    every module's call (``Module._wrapped_call_impl``) fires at each of the ~100 sub-module
+    calls of a forward, 1.5 us each (docs/performance.md); a root's forward fires once per call,
+    and another instance of its class nested somewhere is merged into the outer call. A model
+    built after the agent was configured is not timed (its samples still say forward)."""
+    mod = sys.modules.get("torch.nn.modules.module")
+    base = getattr(mod, "Module", None)
+    if not isinstance(base, type):
+        return []
+    unimplemented = getattr(mod, "_forward_unimplemented", None)
+    # type(), not isinstance(): that reads ``__class__``, which a proxy object may compute
+    # (torch.distributed's deprecated ``reduce_op`` warns on the target's stderr)
+    modules = [obj for obj in gc_objects() if issubclass(type(obj), base)]
+    held = set()
+    for m in modules:
+        subs = m.__dict__.get("_modules") or {}
+        held.update(id(c) for c in subs.values() if c is not None)
+    codes = []
+    for m in modules:
+        if id(m) in held or not m.__dict__.get("_modules"):
+            continue
+        forward = getattr(type(m), "forward", None)
+        if forward is None or forward is unimplemented:
+            continue
+        code = _unwrapped_code(forward)
+        if code is not None and code not in codes:
+            codes.append(code)
+            if len(codes) >= MAX_MODEL_CODES:
+                break
+    return codes
+
+
+def _code_of(obj, path):
+    """The code object of the function at ``path`` in ``obj``, under its decorators, else
+    None."""
+    for part in path.split("."):
+        obj = getattr(obj, part, None) if obj is not None else None
+    return _unwrapped_code(obj)
+
+
+def _unwrapped_code(obj):
+    """The code of function ``obj`` under its decorators (``generate`` is wrapped in
+    ``torch.no_grad``: the wrapper's code is shared by every function so decorated)."""
+    for _ in range(10):
+        inner = getattr(obj, "__wrapped__", None) if obj is not None else None
+        if inner is None:
+            break
+        obj = inner
+    return getattr(obj, "__code__", None)
 
 
 def _subclasses(base, limit=200):
@@ -143,18 +225,22 @@ class _Monitor:
     """Per-call timings of chosen functions with ``sys.monitoring`` (Python >= 3.12).
 
     Local PY_START/PY_RETURN events on the matching code objects only; PY_UNWIND (which cannot
-    be local) globally, ignored for any other code. Nothing is monkeypatched. A plain function's
-    calls nest on their thread (a stack per thread); a coroutine's (``async def``, an ASGI
-    app's ``__call__``) interleave on the event loop's thread, so each is keyed by its frame:
-    PY_START when it first runs, PY_RETURN / PY_UNWIND when it ends, its awaits in between.
+    be local) globally, ignored for any other code. Nothing is monkeypatched. A plain
+    function's call is timed only where it is the outermost call of its stage on its thread (a
+    depth per thread and stage): the sub-modules' calls inside a model's forward, or the
+    ``encode`` inside a tokenizer's ``__call__``, are part of that one call. A coroutine's
+    (``async def``, an ASGI app's ``__call__``) interleave on the event loop's thread, so each
+    is keyed by its frame: PY_START when it first runs, PY_RETURN / PY_UNWIND when it ends, its
+    awaits in between. Calls on the ``ignore`` threads (the agent's own) are never timed.
     """
 
-    def __init__(self, codes, push, filters=None):
+    def __init__(self, codes, push, filters=None, ignore=()):
         self.codes = dict(codes)
         self.push = push  # push(native_tid, stage, start_ns, end_ns, request id or None)
         self.calls = 0  # named calls so far: the number in their request ids
         self.tool = None
-        self.stacks = {}
+        self.ignore = frozenset(ignore)
+        self.open = {}  # ident -> {stage: [depth, start ns]} of the plain calls open on it
         self.natives = {}  # ident -> native thread id, for the call sampler
         #: code -> filter(frame): only calls that pass it are timed (known entry points)
         self.filters = dict(filters or {})
@@ -205,7 +291,7 @@ class _Monitor:
                 mon.register_callback(tool, event, None)
         finally:
             mon.free_tool_id(tool)
-        self.stacks.clear()
+        self.open.clear()
         self.open_frames.clear()
         self.open_by_thread.clear()
 
@@ -217,12 +303,17 @@ class _Monitor:
             if code in self.coroutines or code in self.filters:
                 return self._start_keyed(code)
             ident = threading.get_ident()
-            stack = self.stacks.get(ident)
-            if stack is None:
-                stack = self.stacks[ident] = []
+            if ident in self.ignore:
+                return None
+            opened = self.open.get(ident)
+            if opened is None:
+                opened = self.open[ident] = {}
                 self.natives[ident] = threading.get_native_id()
-            if len(stack) < 256:
-                stack.append((code, time.perf_counter_ns()))
+            call = opened.get(stage)
+            if call is None:
+                opened[stage] = [1, time.perf_counter_ns()]
+            else:
+                call[0] += 1  # inside a call of its own stage: part of that call
         except Exception:
             pass
         return None
@@ -266,15 +357,17 @@ class _Monitor:
             if code in self.coroutines or code in self.filters:
                 self._finish_keyed(code)
                 return
-            stack = self.stacks.get(threading.get_ident())
-            if not stack:
+            ident = threading.get_ident()
+            opened = self.open.get(ident)
+            stage = self.codes[code]
+            call = opened.get(stage) if opened else None
+            if call is None:  # began before the monitor did, or on an ignored thread
                 return
-            end = time.perf_counter_ns()
-            while stack:
-                c, start = stack.pop()
-                if c is code:
-                    self.push(threading.get_native_id(), self.codes[code], start, end, None)
-                    return
+            call[0] -= 1
+            if call[0] <= 0:
+                del opened[stage]
+                native = self.natives.get(ident) or threading.get_native_id()
+                self.push(native, stage, call[1], time.perf_counter_ns(), None)
         except Exception:
             pass
 

@@ -1,0 +1,120 @@
+"""Latency by default on a one-process FastAPI app: ``infertop record PID`` with no flag gives
+the requests' p50 within 20 % of what the clients measured, and the real Hugging Face
+tokenizer's calls (preprocess) and FastAPI's JSON encoding (serialize) timed per call, on
+Python 3.12 (the agent's sys.monitoring timings of known entry points)."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import statistics
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from .helpers import ROOT, infertop, report_json, stop_target, until
+
+pytestmark = pytest.mark.slow
+VENV312 = ROOT / ".venv312" / "bin" / "python"
+APP = ROOT / "tests" / "integration" / "targets" / "fastapi_app.py"
+
+
+def _status(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+class Clients:
+    """Three clients, each on one kept-alive connection as a load generator holds them, posting
+    JSON until stopped; each request's start (unix s) and latency (ms) as they saw it."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.stop = threading.Event()
+        self.seen: list[tuple[float, float]] = []
+        self.errors: list[str] = []
+        self.threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(3)]
+        for t in self.threads:
+            t.start()
+
+    def _run(self, i: int) -> None:
+        body = json.dumps({"text": " ".join(f"w{(i * 7 + k) % 2000}" for k in range(120))})
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        try:
+            while not self.stop.is_set():
+                start, t = time.time(), time.perf_counter()
+                conn.request("POST", "/embed", body=body, headers={"Content-Type": "application/json"})
+                r = conn.getresponse()
+                data = r.read()
+                if r.status != 200:
+                    self.errors.append(f"{r.status} {data[:200]!r}")
+                    return
+                self.seen.append((start, (time.perf_counter() - t) * 1000.0))
+        finally:
+            conn.close()
+
+    def close(self) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(30)
+
+
+@pytest.mark.skipif(
+    not VENV312.exists(),
+    reason=f"needs {VENV312} (make .venv312/.installed: Python 3.12 with fastapi, uvicorn, transformers)",
+)
+def test_a_fastapi_app_has_request_and_tokenizer_latency_with_no_flags(tmp_path: Path) -> None:
+    status = tmp_path / "status.json"
+    proc = subprocess.Popen(
+        [str(VENV312), str(APP), "--status", str(status)],
+        cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    clients = None
+    try:
+        port = until(lambda: _status(status).get("port"), 60, "the app's port")
+        clients = Clients(port)
+        until(lambda: _status(status).get("served", 0) > 30, 60, "the first requests")
+        before = _status(status)
+        out = tmp_path / "fastapi.infertop"
+        p = infertop("record", str(proc.pid), "-o", str(out), "--duration", "10", timeout=150)
+        assert p.returncode == 0, p.stderr
+        after = _status(status)
+    finally:
+        if clients is not None:
+            clients.close()
+        _, err = stop_target(proc)
+    assert "Traceback" not in err, err
+    assert not clients.errors, clients.errors
+    rep = report_json(str(out))
+    stages = {s["name"]: s for s in rep["stages"]}
+
+    # the requests, in the app, against the clients' own round trips over the same seconds
+    req = rep["requests"]
+    assert req is not None and req["count"] >= 100, req
+    t0 = rep["source"]["start_time"]
+    theirs = [ms for start, ms in clients.seen if t0 <= start <= t0 + rep["duration_s"]]
+    their_p50 = statistics.median(theirs)
+    ours = req["latency_ms"]["p50"]
+    print(f"request p50 {ours:.2f} ms in the app, {their_p50:.2f} ms at the clients")
+    assert ours == pytest.approx(their_p50, rel=0.2), (req["latency_ms"], their_p50)
+    assert [r["route"] for r in req["by_route"]] == ["POST /embed"], req["by_route"]
+
+    # the tokenizer's calls: one preprocess call per request (its __call__ is the outermost
+    # of its stage: the encode inside it is the same call), as long as the app's own clock says
+    pre = stages["preprocess"]
+    served = after["served"] - before["served"]
+    assert 0.8 * req["count"] <= pre["calls"] <= served + 5, (pre["calls"], req["count"], served)
+    truth = statistics.median(after["tokenize_ms"][before["served"]:])
+    print(f"tokenizer p50 {pre['latency_ms']['p50']:.3f} ms timed, {truth:.3f} ms in the app")
+    assert pre["latency_ms"]["p50"] == pytest.approx(truth, rel=0.25, abs=0.05), (pre, truth)
+    # FastAPI's response (the endpoint declares its type: pydantic's core writes the JSON),
+    # once a request; the agent's own messages, json.dumps on its thread in the same process,
+    # are not counted
+    ser = stages["serialize"]
+    assert 0.8 * req["count"] <= ser["calls"] <= served + 5, (ser["calls"], req["count"], served)
+    assert ser["latency_ms"]["p50"] < pre["latency_ms"]["p50"], (ser, pre)

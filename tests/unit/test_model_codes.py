@@ -1,0 +1,61 @@
+"""Which model forwards the agent times by default (``find_model_codes``): the roots' only, with
+real torch and a real transformers model in this process."""
+
+from __future__ import annotations
+
+import gc
+
+import torch
+from transformers import BertConfig, BertModel
+
+from infertop.agent.payload import stages
+from infertop.agent.payload.stages import find_known_codes, find_model_codes
+
+
+class Block(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inner(x)
+
+
+class Model(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = torch.nn.ModuleList([Block(), Block()])
+
+    @torch.no_grad()
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for b in self.blocks:
+            x = b(x)
+        return x
+
+
+def test_only_the_roots_forward_is_timed_under_its_decorator(monkeypatch) -> None:
+    monkeypatch.setattr(stages, "MAX_MODEL_CODES", 10_000)  # other tests' models may be alive
+    model = Model()
+    lonely = torch.nn.Linear(2, 2)  # a module with no sub-modules is no model
+    codes = find_model_codes()
+    assert Model.forward.__wrapped__.__code__ in codes  # not torch.no_grad's shared wrapper
+    for nested in (Block.forward, torch.nn.Sequential.forward, torch.nn.Linear.forward):
+        assert nested.__code__ not in codes
+    assert lonely is not None and model is not None
+
+
+def test_a_hugging_face_model_is_timed_as_forward(monkeypatch) -> None:
+    monkeypatch.setattr(stages, "MAX_MODEL_CODES", 10_000)
+    bert = BertModel(BertConfig(vocab_size=64, hidden_size=16, num_hidden_layers=2,
+                                num_attention_heads=2, intermediate_size=32))  # fmt: skip
+    found = find_known_codes()
+    forward = BertModel.forward
+    while hasattr(forward, "__wrapped__"):
+        forward = forward.__wrapped__
+    assert found[forward.__code__] == ("forward", None)
+    layer_forward = type(bert.encoder.layer[0]).forward
+    while hasattr(layer_forward, "__wrapped__"):
+        layer_forward = layer_forward.__wrapped__
+    assert layer_forward.__code__ not in found
+    del bert
+    gc.collect()
