@@ -17,7 +17,9 @@ import pytest
 
 from .helpers import ROOT, infertop, report_json, stop_target, until
 
-pytestmark = pytest.mark.slow
+# solo: the clients' round trips are the yardstick; beside another test their own waits for a
+# CPU would be in them
+pytestmark = [pytest.mark.slow, pytest.mark.solo]
 VENV312 = ROOT / ".venv312" / "bin" / "python"
 APP = ROOT / "tests" / "integration" / "targets" / "fastapi_app.py"
 
