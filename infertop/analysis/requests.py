@@ -2,13 +2,25 @@
 start to its last one's end, with the time each stage took in it (report ``requests``). The
 ids come from the application (``infertop.stage(..., request=ID)``) or from the agent, which
 names each request of an ASGI app it times by its method, path and a number
-(``POST /embed #17``): those have a route, the path with its ids taken out (``route_of``)."""
+(``POST /embed #17``): those have a route, the path with its ids taken out (``route_of``).
+
+An agent-named request holds no other stage's spans: the calls it caused (a tokenizer call on
+a thread pool, a worker process's batch) carry no id. They are joined to the requests **by
+time** (``join_by_time``): for each stage, a call inside a request's interval goes to the
+earliest request still without one (first in, first out), and a stage with fewer calls than
+there are requests (a batch: one ``predict`` for eight requests) is shared by the requests
+it overlaps. What a joined request spent outside its calls is ``queue`` between its
+``preprocess`` and its ``forward`` (waiting for a batch), and the rest ``ipc`` where its calls
+ran in another process (the hop there and back, and the API process's own work) or ``other``
+in its own. Joined by time, a breakdown is approximate where requests overlap (docs/report.md).
+"""
 
 from __future__ import annotations
 
+import bisect
 import re
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
 
 from infertop.analysis.shares import Latency, percentile
 from infertop.model.events import StageSpan
@@ -39,6 +51,7 @@ class Request:
     t_start: float
     t_end: float
     stages: tuple[tuple[str, float], ...]  # (stage, ms spent in its spans), largest first
+    tid: int = 0  # the thread of its first span
 
     @property
     def duration_ms(self) -> float:
@@ -61,6 +74,11 @@ class RequestSummary:
     stage_shares: tuple[tuple[str, float, float], ...]
     per_s: float | None = None  # requests per second of the session; None: duration unknown
     by_route: tuple[RouteLatency, ...] = ()  # the agent-named requests' routes, busiest first
+    #: how the requests' stages were found: "id" (their own spans), "time" (join_by_time) or
+    #: "none" (requests with no stage inside them)
+    joined: str = "none"
+    #: (stage, p50 ms, p99 ms) over the requests that have the stage, in pipeline order
+    breakdown_ms: tuple[tuple[str, float, float], ...] = ()
 
 
 def _latency(durations: list[float]) -> Latency:
@@ -68,18 +86,24 @@ def _latency(durations: list[float]) -> Latency:
     return Latency(percentile(durations, 50), percentile(durations, 95), percentile(durations, 99))
 
 
-def requests_of(spans: Iterable[StageSpan]) -> list[Request]:
-    by_id: dict[str, list[StageSpan]] = {}
+def requests_of(spans: Iterable[StageSpan], process_of: Mapping[int, int] | None = None) -> list[Request]:
+    """The requests among ``spans``. An application's id is one request wherever its spans ran
+    (an id it carries across processes); an agent-named one (``POST /embed #17``) is numbered
+    per process, so two API processes' "#17" are two requests (``process_of``: tid -> pid)."""
+    owner = process_of or {}
+    by_id: dict[tuple[str, int], list[StageSpan]] = {}
     for sp in spans:
         if sp.request is not None:
-            by_id.setdefault(sp.request, []).append(sp)
+            where = owner.get(sp.tid, 0) if _NAMED.match(sp.request) else 0
+            by_id.setdefault((sp.request, where), []).append(sp)
     out = []
-    for rid, group in by_id.items():
+    for (rid, _), group in by_id.items():
         ms: dict[str, float] = {}
         for sp in group:
             ms[sp.stage] = ms.get(sp.stage, 0.0) + (sp.t_end - sp.t_start) * 1000.0
         stages = tuple(sorted(ms.items(), key=lambda kv: (-kv[1], kv[0])))
-        out.append(Request(rid, min(sp.t_start for sp in group), max(sp.t_end for sp in group), stages))
+        first = min(group, key=lambda sp: sp.t_start)
+        out.append(Request(rid, first.t_start, max(sp.t_end for sp in group), stages, first.tid))
     return out
 
 
@@ -93,13 +117,83 @@ def by_route(reqs: Iterable[Request]) -> tuple[RouteLatency, ...]:
     return tuple(RouteLatency(route, len(ms), _latency(ms)) for route, ms in rows)
 
 
+#: the stages a request's calls are joined in, in pipeline order (``request`` itself is not)
+JOINED_STAGES = ("preprocess", "queue", "forward", "postprocess", "serialize")
+#: a stage with fewer calls than this share of the requests is batched: its calls are shared
+BATCHED_BELOW = 0.8
+
+
+def join_by_time(
+    reqs: list[Request], spans: Iterable[StageSpan], process_of: Mapping[int, int] | None = None
+) -> list[Request]:
+    """``reqs`` (agent-named, with no stage of their own) with the calls inside them (module
+    docstring); a request no call falls inside is left as it was."""
+    owner = process_of or {}
+    by_stage: dict[str, list[StageSpan]] = {}
+    for sp in spans:
+        if sp.request is None and sp.stage in JOINED_STAGES:
+            by_stage.setdefault(sp.stage, []).append(sp)
+    if not by_stage or not reqs:
+        return reqs
+    order = sorted(range(len(reqs)), key=lambda i: reqs[i].t_start)
+    got: list[dict[str, StageSpan]] = [{} for _ in reqs]
+    for stage in JOINED_STAGES:
+        calls = sorted(by_stage.get(stage, ()), key=lambda sp: sp.t_start)
+        if not calls:
+            continue
+        starts = [sp.t_start for sp in calls]
+        shared = len(calls) < BATCHED_BELOW * len(reqs)
+        used = bytearray(len(calls))
+        for i in order:
+            r = reqs[i]
+            # after the request's earlier stages: its forward follows its own preprocess
+            after = max((sp.t_end for sp in got[i].values()), default=r.t_start)
+            j = bisect.bisect_left(starts, after - 1e-6)
+            while j < len(calls) and calls[j].t_start <= r.t_end:
+                c = calls[j]
+                if c.t_end <= r.t_end + 1e-6 and (shared or not used[j]):
+                    got[i][stage] = c
+                    used[j] = 1
+                    break
+                j += 1
+    out = []
+    for r, mine in zip(reqs, got):
+        if not mine:
+            out.append(r)
+            continue
+        ms = {st: (sp.t_end - sp.t_start) * 1000.0 for st, sp in mine.items()}
+        pre, fwd = mine.get("preprocess"), mine.get("forward")
+        if pre is not None and fwd is not None and fwd.t_start > pre.t_end:
+            ms["queue"] = (fwd.t_start - pre.t_end) * 1000.0
+        here = owner.get(r.tid)
+        elsewhere = here is not None and any(
+            owner.get(sp.tid) not in (None, here) for sp in mine.values()
+        )
+        rest = r.duration_ms - sum(ms.values())
+        if rest > 0:
+            ms["ipc" if elsewhere else "other"] = rest
+        stages = tuple(sorted(ms.items(), key=lambda kv: (-kv[1], kv[0])))
+        out.append(replace(r, stages=stages))
+    return out
+
+
 def summarize_requests(
-    spans: Iterable[StageSpan], duration_s: float | None = None
+    spans: Iterable[StageSpan], duration_s: float | None = None,
+    process_of: Mapping[int, int] | None = None,
 ) -> RequestSummary | None:
-    """The requests among ``spans``; ``duration_s``: the session's, for ``per_s``."""
-    reqs = requests_of(spans)
+    """The requests among ``spans``; ``duration_s``: the session's, for ``per_s``;
+    ``process_of`` (tid -> pid) tells processes apart."""
+    spans = list(spans)
+    reqs = requests_of(spans, process_of)
     if not reqs:
         return None
+    joined = "none"
+    if any(len(r.stages) > 1 or (r.stages and r.stages[0][0] != "request") for r in reqs):
+        joined = "id"  # the application's ids: each request holds its own stages' spans
+    elif any(_NAMED.match(r.id) for r in reqs):
+        reqs = join_by_time(reqs, spans, process_of)
+        if any(len(r.stages) > 1 for r in reqs):
+            joined = "time"
     slowest = tuple(sorted(reqs, key=lambda r: -r.duration_ms)[:SLOWEST_REQUESTS])
 
     def shares(rs: Iterable[Request]) -> dict[str, float]:
@@ -119,4 +213,21 @@ def summarize_requests(
         stage_shares=tuple((k, every.get(k, 0.0), slow.get(k, 0.0)) for k in names),
         per_s=len(reqs) / duration_s if duration_s else None,
         by_route=by_route(reqs),
+        joined=joined,
+        breakdown_ms=_breakdown(reqs) if joined != "none" else (),
     )
+
+
+def _breakdown(reqs: Iterable[Request]) -> tuple[tuple[str, float, float], ...]:
+    per: dict[str, list[float]] = {}
+    for r in reqs:
+        for st, ms in r.stages:
+            if st != "request":
+                per.setdefault(st, []).append(ms)
+    known = [*JOINED_STAGES, "ipc", "other"]
+    names = sorted(per, key=lambda k: (known.index(k) if k in known else len(known), k))
+    out = []
+    for st in names:
+        ms = sorted(per[st])
+        out.append((st, percentile(ms, 50), percentile(ms, 99)))
+    return tuple(out)

@@ -120,6 +120,8 @@ class Snapshot:
     tails: tuple[StageTail, ...] = ()
     #: requests named by ``infertop.stage(..., request=ID)``, with ``tails`` only
     requests: RequestSummary | None = None
+    #: the requests of the last ``recent_s`` seconds (the stage panel's requests row)
+    recent_requests: RequestSummary | None = None
     #: GC pause time and the worst event-loop lag per window of ``history`` (the stage
     #: panel's pause rows); None: no pause or heartbeat in those windows
     pause_history: PauseHistory | None = None
@@ -300,10 +302,11 @@ def build_snapshot(
     view = "cpu" if view == "cpu" or not wall_measured else "wall"
     shown = walled if view == "wall" else (cpu_windows if wall_measured else windows)
     recent_windows = [w for w in shown if w.window.t_end > t_now - recent_s]
+    recent_spans = session.spans_between(t_now - recent_s, t)
     recent = stage_shares(
         _sum_wall_counts(recent_windows) if view == "wall" else _sum_stage_counts(recent_windows),
         rate,
-        session.spans_between(t_now - recent_s, t),
+        recent_spans,
         recent_s,
     )
     items = list(stack_counts.items())
@@ -378,7 +381,10 @@ def build_snapshot(
         pauses=session_pauses(session, t, duration, process),
         pause_history=_pause_history(session, t, shown[-history:], process),
         tails=session_tails(session, t, tails) if tails is not None else (),
-        requests=summarize_requests(span_list or session.spans_between(None, t), duration)
+        recent_requests=summarize_requests(recent_spans, recent_s, session.thread_pid),
+        requests=summarize_requests(
+            span_list or session.spans_between(None, t), duration, session.thread_pid
+        )
         if tails is not None
         else None,
     )

@@ -79,6 +79,9 @@ def requests_dict(req: RequestSummary | None) -> dict[str, Any] | None:
         "latency_ms": _lat(lat),
         "by_route": [{"route": r.route, "count": r.count, "latency_ms": _lat(r.latency_ms)} for r in req.by_route],
         "stages": {k: {"share": _r(a, 4), "slowest_share": _r(b, 4)} for k, a, b in req.stage_shares},
+        # each stage's time in a request (ids, or calls joined by time), over those that have it
+        "joined": req.joined,
+        "breakdown_ms": {st: {"p50": _r(p50), "p99": _r(p99)} for st, p50, p99 in req.breakdown_ms},
         "slowest": [
             {"id": r.id, "t": _r(r.t_start, 6), "duration_ms": _r(r.duration_ms),
              "stages": {st: _r(ms) for st, ms in r.stages}}

@@ -32,6 +32,10 @@ def pause_lines(rep: dict[str, Any]) -> list[str]:
             f"requests: {req['count']}{rate}, p50 {lat['p50']:.1f} ms  p95 {lat['p95']:.1f} ms  "
             f"p99 {lat['p99']:.1f} ms; the slowest {len(req['slowest'])} spent: {slow}"
         )
+        parts = [f"{st} {v['p50']:.1f}/{v['p99']:.1f}" for st, v in (req.get("breakdown_ms") or {}).items()]
+        if parts:
+            how = "joined by time, approximate" if req.get("joined") == "time" else "by request id"
+            out.append(f"  a request's stages, p50/p99 ms ({how}): {', '.join(parts)}")
         for r in req.get("by_route", [])[:5]:
             ms = r["latency_ms"]
             out.append(

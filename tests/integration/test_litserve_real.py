@@ -137,3 +137,13 @@ def test_a_litserve_server_has_request_and_stage_latency_roles_and_ipc_with_no_f
     assert {"litserve api", "litserve inference"} <= roles, roles
     # (4) the hop between them: ipc
     assert stages.get("ipc", {}).get("samples", 0) > 0 or stages.get("ipc", {}).get("cpu_samples", 0) > 0, stages.get("ipc")
+    # (5) a request followed into the worker, joined by time (LitServe's calls carry no id):
+    #     its decode, its batch's predict, its encode, and the rest as the hop
+    assert req["joined"] == "time", req["joined"]
+    br = req["breakdown_ms"]
+    assert {"preprocess", "forward", "serialize", "ipc"} <= set(br), br
+    assert br["forward"]["p50"] == pytest.approx(stages["forward"]["latency_ms"]["p50"], rel=0.5), (br, stages["forward"])
+    assert sum(v["p50"] for v in br.values()) <= 1.5 * ours, (br, ours)
+    print(f"LitServe: a request's p50 by stage {({k: v['p50'] for k, v in br.items()})}")
+    text = infertop("report", str(out))
+    assert "a request's stages, p50/p99 ms (joined by time, approximate)" in text.stdout, text.stdout

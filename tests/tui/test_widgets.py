@@ -8,7 +8,7 @@ from rich.text import Text
 
 from infertop.analysis.snapshot import build_snapshot
 from infertop.config import STAGES
-from infertop.model.events import Frame
+from infertop.model.events import Frame, StageSpan
 from infertop.sources import ReplaySource
 from infertop.tui.ingest import IngestWorker, ScaleSpeed, SeekTo, SetStageFilter, TogglePlay
 from infertop.tui.messages import SnapshotReady
@@ -76,6 +76,26 @@ def test_stage_panel_text(replay_source: ReplaySource) -> None:
     assert len(values) == len(snap.history) and all(0 < v < 1 for v in values)
     idle = stage_history(snap.history, "idle")
     assert all(0 < v < 1 for v in idle)
+
+
+def test_the_stage_panel_has_a_requests_row_with_each_stage_s_share_of_a_request(
+    replay_source: ReplaySource,
+) -> None:
+    session = replay_source.session
+    t_end = session.t_last
+    snap = build_snapshot(session, t=t_end)
+    assert "requests" not in render_stages(snap, 120).plain  # none seen: no row
+    api, worker = 9001, 9002  # an API process's loop thread and a worker's thread
+    session.thread_pid.update({api: api, worker: worker})
+    for i in range(40):  # the last 4 s: 10 requests a second, 30 ms each, 20 of them forward
+        a = t_end - 4.0 + i * 0.1
+        session.apply(StageSpan(worker, "forward", a + 0.005, a + 0.025))
+        session.apply(StageSpan(api, "request", a, a + 0.030, request=f"POST /predict #{i + 1}"))
+    snap = build_snapshot(session, t=t_end)
+    row = next(ln for ln in render_stages(snap, 120).plain.splitlines() if ln.startswith("requests"))
+    # 40 requests over the panel's last 5 s: 8.0/s; joined by time: 20 ms forward, 10 ms the hop
+    assert "8.0/s  p50 30.0  p95 30.0  p99 30.0 ms" in row, row
+    assert "forward 20.0" in row and "ipc 10.0" in row, row
 
 
 def test_status_helpers() -> None:

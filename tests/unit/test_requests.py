@@ -83,3 +83,71 @@ def test_agent_named_requests_have_routes_with_their_ids_taken_out() -> None:
     assert set(routes) == {"POST /embed", "GET /items/{id}"}  # "mine" has no route
     assert routes["POST /embed"].count == 5 and abs(routes["POST /embed"].latency_ms.p50 - 10.0) < 1e-6
     assert abs(routes["GET /items/{id}"].latency_ms.p99 - 2.0) < 1e-6
+
+
+# -- requests whose calls carry no id: joined by time --------------------------------------------
+API, WORKER = 100, 200  # a LitServe-like server: tid == pid of each process's one thread
+
+
+def _batched_server(n_batches: int = 4) -> list[StageSpan]:
+    """Requests of 8 arriving 1 ms apart at the API process; in the worker each is decoded
+    (1 ms, one after another), the 8 wait for one predict (20 ms), each is encoded (0.5 ms);
+    0.3 ms of transit each way."""
+    spans = []
+    for b in range(n_batches):
+        t0 = 10.0 + b
+        decode_end = []
+        for k in range(8):
+            a = t0 + k * 0.001
+            d0 = max(a + 0.0003, decode_end[-1] if decode_end else 0.0)
+            spans.append(StageSpan(WORKER, "preprocess", d0, d0 + 0.001))
+            decode_end.append(d0 + 0.001)
+        p0 = decode_end[-1] + 0.002
+        spans.append(StageSpan(WORKER, "forward", p0, p0 + 0.020))
+        for k in range(8):
+            e0 = p0 + 0.020 + k * 0.0005
+            spans.append(StageSpan(WORKER, "serialize", e0, e0 + 0.0005))
+            a = t0 + k * 0.001
+            spans.append(StageSpan(API, "request", a, e0 + 0.0005 + 0.0003, request=f"POST /predict #{b * 8 + k + 1}"))
+    return spans
+
+
+def test_a_request_is_followed_into_the_worker_by_time() -> None:
+    s = summarize_requests(_batched_server(), 4.0, {API: API, WORKER: WORKER})
+    assert s.joined == "time" and s.count == 32
+    br = {st: (p50, p99) for st, p50, p99 in s.breakdown_ms}
+    assert list(br) == ["preprocess", "queue", "forward", "serialize", "ipc"]
+    assert br["preprocess"][0] == pytest.approx(1.0, abs=0.01)
+    assert br["forward"][0] == pytest.approx(20.0, abs=0.01)  # the batch, shared by its 8
+    assert br["serialize"][0] == pytest.approx(0.5, abs=0.01)
+    # the first request of a batch waits for the other 7 to be decoded: its queue is longest
+    first = next(r for r in s.slowest if r.id.endswith("#1"))
+    assert dict(first.stages)["queue"] == pytest.approx(9.0, abs=0.05)
+    # what is left is the hop (two 0.3 ms transits) and the decode queue behind earlier requests
+    assert 0.55 <= br["ipc"][0] <= 8.0
+
+
+def test_in_one_process_the_rest_is_other_and_concurrent_requests_each_get_their_own_call() -> None:
+    loop, pool = 10, 11  # an event loop thread and a thread-pool thread of one process
+    spans = []
+    for i in range(30):
+        a = 50.0 + i * 0.004  # a request every 4 ms, each 10 ms long: three at once
+        spans.append(StageSpan(pool, "preprocess", a + 0.001, a + 0.001 + 0.002 + 0.0001 * (i % 3)))
+        spans.append(StageSpan(loop, "request", a, a + 0.010, request=f"POST /embed #{i + 1}"))
+    s = summarize_requests(spans, 1.0, {loop: loop, pool: loop})
+    assert s.joined == "time"
+    pre = [dict(r.stages)["preprocess"] for r in s.slowest]
+    # request i got the call that began 1 ms after it, not an earlier request's
+    assert sorted({round(ms, 2) for ms in pre}) == [2.0, 2.1, 2.2]
+    assert {st for st, *_ in s.breakdown_ms} == {"preprocess", "other"}
+
+
+def test_two_api_processes_number_their_requests_apart() -> None:
+    spans = [StageSpan(1, "request", 1.0, 1.01, request="GET /a #1"),
+             StageSpan(2, "request", 1.0, 1.02, request="GET /a #1"),
+             StageSpan(1, "preprocess", 5.0, 5.1, request="mine"),
+             StageSpan(2, "forward", 5.1, 5.2, request="mine")]  # fmt: skip
+    reqs = requests_of(spans, {1: 1, 2: 2})
+    assert sorted(r.id for r in reqs) == ["GET /a #1", "GET /a #1", "mine"]
+    mine = next(r for r in reqs if r.id == "mine")
+    assert dict(mine.stages) == pytest.approx({"preprocess": 100.0, "forward": 100.0})

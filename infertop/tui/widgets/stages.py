@@ -7,6 +7,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widget import Widget
 
+from infertop.analysis.requests import RequestSummary
 from infertop.analysis.shares import StageShare
 from infertop.analysis.snapshot import Snapshot
 from infertop.analysis.stages import IDLE
@@ -92,8 +93,24 @@ def render_stages(snapshot: Snapshot | None, width: int, header: bool = True) ->
         if with_latency:
             row.append("  " + _latency_text(share))
         lines.append(row)
+    if snapshot.recent_requests is not None:
+        lines.append(requests_row(snapshot.recent_requests))
     lines += pause_rows(snapshot, NAME_W, bar_w + PCT_W + TOTAL_W, spark_w)
     return Text("\n").join(lines)
+
+
+def requests_row(req: RequestSummary) -> Text:
+    """``requests    12.4/s  p50 27.0  p95 31.2  p99 40.1 ms  · preprocess 5.5  forward 20.1 …``:
+    the last seconds' requests (the agent's ASGI requests, the application's ids), and where a
+    request's time went (p50 ms by stage) when its calls were joined."""
+    row = Text(no_wrap=True, overflow="ellipsis")
+    row.append("requests".ljust(NAME_W), style=f"bold {stage_color('request')}")
+    lat = req.latency_ms
+    rate = f"{req.per_s:.1f}/s  " if req.per_s is not None else ""
+    row.append(f"{rate}p50 {lat.p50:.1f}  p95 {lat.p95:.1f}  p99 {lat.p99:.1f} ms", style="bold")
+    if req.breakdown_ms:
+        row.append("  · " + "  ".join(f"{st} {p50:.1f}" for st, p50, _ in req.breakdown_ms), style="dim")
+    return row
 
 
 class StagePanel(Widget):
