@@ -7,9 +7,10 @@ names each request of an ASGI app it times by its method, path and a number
 An agent-named request holds no other stage's spans: the calls it caused (a tokenizer call on
 a thread pool, a worker process's batch) carry no id. They are joined to the requests **by
 time** (``join_by_time``): for each stage, a call inside a request's interval goes to the
-earliest request still without one (first in, first out), and a stage with fewer calls than
-there are requests (a batch: one ``predict`` for eight requests) is shared by the requests
-it overlaps. What a joined request spent outside its calls is ``queue`` between its
+request without one that became ready for it last (the one that arrived, or finished its
+earlier stage, just before the call began: a call the agent missed shifts no other request's),
+and a stage with fewer calls than there are requests (a batch: one ``predict`` for eight
+requests) is shared: each request takes the first of its calls after its earlier stages. What a joined request spent outside its calls is ``queue`` between its
 ``preprocess`` and its ``forward`` (waiting for a batch), and the rest ``ipc`` where its calls
 ran in another process (the hop there and back, and the API process's own work) or ``other``
 in its own. Joined by time, a breakdown is approximate where requests overlap (docs/report.md).
@@ -77,7 +78,7 @@ class RequestSummary:
     #: how the requests' stages were found: "id" (their own spans), "time" (join_by_time) or
     #: "none" (requests with no stage inside them)
     joined: str = "none"
-    #: (stage, p50 ms, p99 ms) over the requests that have the stage, in pipeline order
+    #: (stage, p50 ms, p99 ms) over the requests of the most common path, in pipeline order
     breakdown_ms: tuple[tuple[str, float, float], ...] = ()
 
 
@@ -121,6 +122,8 @@ def by_route(reqs: Iterable[Request]) -> tuple[RouteLatency, ...]:
 JOINED_STAGES = ("preprocess", "queue", "forward", "postprocess", "serialize")
 #: a stage with fewer calls than this share of the requests is batched: its calls are shared
 BATCHED_BELOW = 0.8
+#: a call is looked for among this many requests that began before it (those open at once)
+MAX_OPEN = 64
 
 
 def join_by_time(
@@ -136,26 +139,44 @@ def join_by_time(
     if not by_stage or not reqs:
         return reqs
     order = sorted(range(len(reqs)), key=lambda i: reqs[i].t_start)
+    starts_in_order = [reqs[i].t_start for i in order]
     got: list[dict[str, StageSpan]] = [{} for _ in reqs]
+
+    def ready(i: int) -> float:  # a request's next stage starts after its earlier ones ended
+        return max((sp.t_end for sp in got[i].values()), default=reqs[i].t_start)
+
     for stage in JOINED_STAGES:
         calls = sorted(by_stage.get(stage, ()), key=lambda sp: sp.t_start)
         if not calls:
             continue
-        starts = [sp.t_start for sp in calls]
-        shared = len(calls) < BATCHED_BELOW * len(reqs)
-        used = bytearray(len(calls))
-        for i in order:
-            r = reqs[i]
-            # after the request's earlier stages: its forward follows its own preprocess
-            after = max((sp.t_end for sp in got[i].values()), default=r.t_start)
-            j = bisect.bisect_left(starts, after - 1e-6)
-            while j < len(calls) and calls[j].t_start <= r.t_end:
-                c = calls[j]
-                if c.t_end <= r.t_end + 1e-6 and (shared or not used[j]):
-                    got[i][stage] = c
-                    used[j] = 1
-                    break
-                j += 1
+        if len(calls) < BATCHED_BELOW * len(reqs):
+            # a batch: each request takes the first call after its earlier stages
+            starts = [sp.t_start for sp in calls]
+            for i in order:
+                r = reqs[i]
+                j = bisect.bisect_left(starts, ready(i) - 1e-6)
+                while j < len(calls) and calls[j].t_start <= r.t_end:
+                    if calls[j].t_end <= r.t_end + 1e-6:
+                        got[i][stage] = calls[j]
+                        break
+                    j += 1
+            continue
+        # one call a request: each call goes to the request that became ready for it last
+        # (the one that arrived just before it), so that a call missed (the agent in one
+        # process started later) shifts no other request's
+        for c in calls:
+            k = bisect.bisect_right(starts_in_order, c.t_start + 1e-6)
+            best, best_ready = None, -1.0
+            for i in (order[x] for x in range(k - 1, max(-1, k - 1 - MAX_OPEN), -1)):
+                r = reqs[i]
+                if stage in got[i] or r.t_end + 1e-6 < c.t_end:
+                    continue
+                at = ready(i)
+                # ready alike (a batch's requests after its predict): the first to arrive
+                if at <= c.t_start + 1e-6 and at >= best_ready:
+                    best, best_ready = i, at
+            if best is not None:
+                got[best][stage] = c
     out = []
     for r, mine in zip(reqs, got):
         if not mine:
@@ -219,8 +240,15 @@ def summarize_requests(
 
 
 def _breakdown(reqs: Iterable[Request]) -> tuple[tuple[str, float, float], ...]:
-    per: dict[str, list[float]] = {}
+    """Each stage's p50/p99 ms over the requests that took the most common path (the same set
+    of stages): a request joined only in part (at a recording's start, before every process's
+    agent timed anything) would add an ``ipc`` or ``other`` that is most of its time."""
+    paths: dict[frozenset[str], list[Request]] = {}
     for r in reqs:
+        paths.setdefault(frozenset(st for st, _ in r.stages), []).append(r)
+    typical = max(paths.values(), key=len, default=[])
+    per: dict[str, list[float]] = {}
+    for r in typical:
         for st, ms in r.stages:
             if st != "request":
                 per.setdefault(st, []).append(ms)

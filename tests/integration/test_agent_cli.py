@@ -83,12 +83,17 @@ def test_injected_agent_brings_torch_ops_and_leaves_nothing(tmp_path, sample: st
         # fresh-clone CI run: twin 401 -> 667 req/s, the target 640 -> 657: the twin had been
         # starved beside it). Polled: the agent stops within 1 s of detach, and one 4 s reading
         # on a busy machine can be a third off for both alike (170 -> 106 requests per CPU
-        # second beside a twin's 147 -> 128, on a CI run); work left in the target stays
+        # second beside a twin's 147 -> 128, on a CI run); work left in the target stays.
+        # Or as fast as the twin over the same seconds, unless it was slower before too: under
+        # two CPU hogs the target read 179 per CPU second before against the twin's 134, then
+        # 118-123 against 128-139, as the twins' own spread (up to 14 %) goes both ways
         readings = []
         for _ in range(4):
             after, twin_after = rates((truth, target.pid), (twin_truth, twin.pid), 4)
             readings.append((before, after, twin_before, twin_after))
             if after / before >= 0.85 * min(1.0, twin_after / twin_before):
+                break
+            if after / twin_after >= 0.85 * min(1.0, before / twin_before):
                 break
         else:
             raise AssertionError(f"not back to speed in 16 s (before, after, twin): {readings}")

@@ -22,7 +22,16 @@ from infertop.model.events import (
 )
 from infertop.record.reader import read_recording
 
-from .helpers import INFERTOP, ROOT, report_json, serving, start_target, stop_target, workers_of
+from .helpers import (
+    INFERTOP,
+    ROOT,
+    report_json,
+    serving,
+    start_target,
+    stop_target,
+    until,
+    workers_of,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -78,8 +87,9 @@ def test_every_torch_worker_gets_the_agent(tmp_path) -> None:
         _, err = rec.communicate(timeout=90)
         assert rec.returncode == 0, err
         assert sample.poll() is None  # the service carries on
-        # detached from every process: no agent thread left behind in any worker
-        assert _no_agents_left(workers)
+        # detached from every process: no agent thread left behind in any worker (each leaves
+        # within a moment of detach: polled, as a busy machine delays it)
+        until(lambda: _no_agents_left(workers), 30, f"the agents to leave workers {workers}", 0.5)
     finally:
         sample.send_signal(signal.SIGTERM)
         _, serve_err = sample.communicate(timeout=30)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 import infertop.annotate as annotate
-from infertop.analysis.requests import requests_of, summarize_requests
+from infertop.analysis.requests import join_by_time, requests_of, summarize_requests
 from infertop.collect.agent_client import convert
 from infertop.model.events import StageSpan
 from infertop.record.format import decode_event, encode_event
@@ -151,3 +151,18 @@ def test_two_api_processes_number_their_requests_apart() -> None:
     assert sorted(r.id for r in reqs) == ["GET /a #1", "GET /a #1", "mine"]
     mine = next(r for r in reqs if r.id == "mine")
     assert dict(mine.stages) == pytest.approx({"preprocess": 100.0, "forward": 100.0})
+
+
+def test_a_call_the_agent_missed_shifts_no_other_request_s() -> None:
+    loop, pool = 10, 11
+    spans = []
+    for i in range(30):
+        a = 50.0 + i * 0.004  # three requests open at once, as above
+        if i != 0:  # the first request's call began before the agent timed anything
+            spans.append(StageSpan(pool, "preprocess", a + 0.001, a + 0.001 + 0.002 + 0.0001 * (i % 3)))
+        spans.append(StageSpan(loop, "request", a, a + 0.010, request=f"POST /embed #{i + 1}"))
+    joined = join_by_time(requests_of(spans), spans)
+    for r in joined:
+        n = int(r.id.split("#")[1]) - 1
+        got = dict(r.stages).get("preprocess")
+        assert got is None if n == 0 else got == pytest.approx(2.0 + 0.1 * (n % 3)), (r.id, r.stages)
