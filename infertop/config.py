@@ -39,11 +39,26 @@ STAGES: tuple[str, ...] = (
     "ipc",
     "queue",
     "forward",
+    "prefill",
+    "decode",
     "sync",
     "postprocess",
     "serialize",
     "other",
     "idle",
+)
+
+#: A generation call's two parts, from Hugging Face ``generate`` (transformers 5.x):
+#: ``prefill`` (the prompt's forward, ``_prefill``, and ``generate``'s own set-up before the
+#: loop) and ``decode`` (the token-by-token loop of ``_sample``, beam search or assisted
+#: decoding). They claim every frame under them, the model's forward and the logits
+#: processing included, as a user's rule does: ahead of waits and of the default rules.
+GENERATION_RULES: tuple[tuple[str, str], ...] = (
+    ("prefill", "*/transformers/generation/utils.py:_prefill"),
+    ("decode", "*/transformers/generation/utils.py:_sample"),
+    ("decode", "*/transformers/generation/utils.py:_beam_search"),
+    ("decode", "*/transformers/generation/utils.py:_assisted_decoding"),
+    ("prefill", "*/transformers/generation/utils.py:generate"),
 )
 
 #: Default stage rules, ``(stage, pattern)``: pattern is ``FUNC_GLOB`` or ``FILE_GLOB:FUNC_GLOB``.

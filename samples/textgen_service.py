@@ -367,6 +367,8 @@ class Batcher:
         self.gen = torch.Generator().manual_seed(args.seed)
         self.n_special = tokenizer.vocab_size - tokenizer.pad_id
         self.model_name = f"tiny-bpe-lm-{args.layers}x{args.d_model}"
+        self.hf = None  # --hf: an HfGenerator serves the batches instead
+
 
     def collect(self, requests: queue.Queue[Request], stop: threading.Event) -> list[Request]:
         """Block for the first request (checking ``stop``), then gather more until the batch
@@ -392,6 +394,10 @@ class Batcher:
 
     def serve(self, batch: list[Request]) -> None:
         clock = self.clock
+        if self.hf is not None:
+            responses = self.hf.serve_batch([r.prompt for r in batch], clock)
+            self._send(batch, responses)
+            return
         start = time.perf_counter()
         with clock.stage("preprocess"):
             ids, pad, lengths = tokenize_batch(
@@ -405,6 +411,10 @@ class Batcher:
             responses = postprocess_outputs(
                 self.tokenizer, batch, lengths, outs, timings, self.model_name
             )
+        self._send(batch, responses)
+
+    def _send(self, batch: list[Request], responses: list[dict]) -> None:
+        clock = self.clock
         indent = self.args.indent or None
         for req, resp in zip(batch, responses):
             with clock.stage("serialize"):
@@ -500,6 +510,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=2,
         help="JSON indent of responses; 0 for compact output (default 2, pretty-printed)",
     )
+    s.add_argument(
+        "--hf",
+        action="store_true",
+        help="serve with real Hugging Face generate: a random-weight GPT-2 (KV cache on) behind "
+        "a fast tokenizer trained here on the bundled corpus; one generate call per batch "
+        "(its truth: prefill until the first new token is chosen, then decode)",
+    )
     m = p.add_argument_group("model and sampling")
     m.add_argument("--new-tokens", type=int, default=16, help="tokens generated per request (16)")
     m.add_argument("--temperature", type=float, default=0.8, help="sampling temperature (0.8)")
@@ -548,6 +565,13 @@ def main(argv: list[str] | None = None) -> int:
     model = build_model(tokenizer.vocab_size, args)
     clock = start_clock(args.truth)
     batcher = Batcher(tokenizer, model, args, annotated(clock, args.annotate))
+    if args.hf:
+        from samples.common.hf_generate import HfGenerator
+
+        batcher.hf = HfGenerator(
+            corpus, args.new_tokens, args.temperature, args.top_k, args.d_model, args.layers,
+            args.heads, args.max_prompt_tokens,
+        )  # fmt: skip
 
     requests: queue.Queue[Request] = queue.Queue()
     threads = [threading.Thread(target=batcher.run, args=(requests, stop), name="batcher")]

@@ -2,7 +2,8 @@
 
 Order of precedence: an explicit annotation frame (``infertop:NAME``, from ``@infertop.stage``)
 anywhere on the stack, innermost first; then the user's rules, innermost matching frame first;
-then, for a thread caught in a blocking wait (``config.WAIT_FRAMES``), ``queue`` if a queue rule
+then a generation call's parts (``config.GENERATION_RULES``: ``prefill``, ``decode``); then,
+for a thread caught in a blocking wait (``config.WAIT_FRAMES``), ``queue`` if a queue rule
 matches the stack and ``idle`` if not; then the default rules, innermost matching frame first;
 else ``other``. Users' rules win over the defaults so that
 ``--stage preprocess='*server.py:encode_batch'`` claims the whole call, torch calls inside it
@@ -17,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from infertop.annotate import STAGE_FRAME_PREFIX
-from infertop.config import DEFAULT_STAGE_RULES, WAIT_FRAMES
+from infertop.config import DEFAULT_STAGE_RULES, GENERATION_RULES, WAIT_FRAMES
 from infertop.model.events import Frame
 
 OTHER = "other"
@@ -56,6 +57,7 @@ class StageClassifier:
 
     def __init__(self, user_rules: Sequence[tuple[str, str]] = ()) -> None:
         self.user_rules = [StageRule.parse(s, p) for s, p in user_rules]
+        self.generation_rules = [StageRule.parse(s, p) for s, p in GENERATION_RULES]
         self.default_rules = [StageRule.parse(s, p) for s, p in DEFAULT_STAGE_RULES]
         self.wait_rules = [StageRule.parse(IDLE, p) for p in WAIT_FRAMES]
         self.queue_rules = [r for r in self.default_rules if r.stage == QUEUE]
@@ -67,7 +69,7 @@ class StageClassifier:
             func = frames[i].function
             if func.startswith(STAGE_FRAME_PREFIX):
                 return func[len(STAGE_FRAME_PREFIX) :] or OTHER, i
-        hit = self._innermost(frames, self.user_rules)
+        hit = self._innermost(frames, self.user_rules) or self._innermost(frames, self.generation_rules)
         if hit is not None:
             return hit
         if frames and any(r.matches(frames[-1]) for r in self.wait_rules):

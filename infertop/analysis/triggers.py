@@ -6,8 +6,9 @@ a ``Firing`` (which trigger, and why in words) or None. Two kinds (docs/watch.md
 - **auto**: a stage's p95 over the last ``window_s`` (2 s) above 2× its p95 over the 60 s
   before, or its call rate over the last ``RATE_WINDOW_S`` (5 s) below half of that 60 s
   rate. It needs data first: 20 s of the stage's history, enough calls in both windows, at
-  least 3 calls over the threshold (one slow call is not a spell) and a difference of at least
-  1 ms, so a steady load never fires.
+  least 3 calls over the threshold that ended at least 1 s apart (one slow call, or a burst of
+  late ones from a moment's CPU starvation, is not a spell) and a difference of at least 1 ms,
+  so a steady load never fires.
 - **rules** (``parse_rule``): ``forward.p99>250ms``, ``preprocess.p95>40ms``,
   ``forward.rate<5/s``, evaluated over the last ``window_s``.
 
@@ -39,6 +40,10 @@ AUTO_FACTOR = 2.0  # p95 above AUTO_FACTOR × the baseline's p95
 MIN_CALLS_NOW = 10  # calls in the window before its p95 means anything
 MIN_CALLS_BASE = 50  # calls in the baseline before its p95 means anything
 MIN_SLOW_CALLS = 3  # calls over the threshold: a spell, not one slow call
+#: and they ended this far apart at least: a spell, not a burst. A target starved of the CPU for
+#: a fraction of a second (its machine busy) finishes a few calls late together; measured on a
+#: test run beside three others: a quiet target's 8 ms calls at p95 28 ms for one window
+MIN_SPELL_S = 1.0
 MIN_DELTA_MS = 1.0  # a p95 that grew by less than this is noise, whatever the factor
 RATE_FACTOR = 0.5  # a call rate below RATE_FACTOR × the baseline's rate
 #: the auto trigger's rate is counted over this many seconds, not the 2 s window: on a shared
@@ -169,6 +174,13 @@ class _Stage:
             del self.ends[:n]
             del self.ms[:n]
 
+    def slow_span(self, t0: float, t1: float, limit: float) -> float:
+        """Seconds between the first and the last end of the calls over ``limit`` ms that
+        ended in (t0, t1]."""
+        lo, hi = bisect.bisect_right(self.ends, t0), bisect.bisect_right(self.ends, t1)
+        slow = [self.ends[k] for k in range(lo, hi) if self.ms[k] > limit]
+        return slow[-1] - slow[0] if slow else 0.0
+
     def durations(self, t0: float, t1: float) -> list[float]:
         """Sorted durations of the calls that ended in (t0, t1]."""
         lo, hi = bisect.bisect_right(self.ends, t0), bisect.bisect_right(self.ends, t1)
@@ -278,7 +290,12 @@ class Triggers:
                 p95 = percentile(current, 95)
                 limit = AUTO_FACTOR * base
                 slow = len(current) - bisect.bisect_right(current, limit)
-                if p95 > limit and p95 - base >= MIN_DELTA_MS and slow >= MIN_SLOW_CALLS:
+                if (
+                    p95 > limit
+                    and p95 - base >= MIN_DELTA_MS
+                    and slow >= MIN_SLOW_CALLS
+                    and st.slow_span(split, end, limit) >= MIN_SPELL_S
+                ):
                     reason = (
                         f"{name}.p95 {ms_text(p95)} > {AUTO_FACTOR:g}× {base_s:.0f} s p95 "
                         f"({ms_text(base)})"

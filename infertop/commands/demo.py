@@ -22,6 +22,13 @@ def add_arguments(p: argparse.ArgumentParser, agent: AgentConfig | None) -> None
         help="run the sample without its planted bottleneck (a naive pure-Python tokenizer "
         "that holds ~65%% of the time: the preprocess-hot finding)",
     )
+    p.add_argument(
+        "--hf",
+        action="store_true",
+        help="serve with real Hugging Face generate instead (a random-weight GPT-2, a tokenizer "
+        "trained on the spot, nothing downloaded): the stage panel splits each generation "
+        "into prefill and decode",
+    )
     # the bottleneck is the default now; the old flag is accepted and changes nothing
     p.add_argument("--slow-tokenizer", action="store_true", help=argparse.SUPPRESS)
 
@@ -36,7 +43,9 @@ def run(args: argparse.Namespace) -> int:
 
     need_tty("demo")
     cmd = [sys.executable, "-m", "samples.textgen_service"]
-    if not args.clean:  # the demo teaches: one planted, realistic bottleneck to find
+    if args.hf:
+        cmd.append("--hf")
+    elif not args.clean:  # the demo teaches: one planted, realistic bottleneck to find
         cmd.append("--slow-tokenizer")
     log_path = os.path.join(tempfile.gettempdir(), f"infertop-demo-{os.getpid()}.log")
     # no collect flags of its own: the options of a command line that gives none

@@ -12,6 +12,8 @@ STAGE_COLORS: dict[str, str] = {
     "ipc": "#ffaf00",
     "queue": "#d7af5f",
     "forward": "#87d75f",
+    "prefill": "#afd700",
+    "decode": "#5faf5f",
     "sync": "#ff6f6f",
     "postprocess": "#c39bff",
     "serialize": "#5fd7d7",

@@ -120,6 +120,31 @@ def test_wall_shares_match_ground_truth_with_native_code(
         assert cpu["preprocess"] < wall["preprocess"] - cpu_gap, (cpu, wall)
 
 
+# -- a generation call: prefill and decode ------------------------------------------------------
+GENERATION = ("preprocess", "prefill", "decode", "postprocess", "serialize")
+
+
+def test_hugging_face_generate_splits_into_prefill_and_decode(tmp_path) -> None:
+    """Real ``generate`` (a random-weight GPT-2, KV cache on, batches of up to 8): its samples
+    under ``_prefill`` (and generate's set-up) are prefill, those of the ``_sample`` loop decode,
+    the model's forward inside each included; against the sample's truth (prefill until the
+    first new token is chosen, by a streamer). Ours ends the prefill a token's selection
+    earlier than the truth, one step in --new-tokens."""
+    spent, out = _record_beside_truth(
+        tmp_path, ["-m", "samples.textgen_service", "--hf"], "20", "100", wall_only=True
+    )
+    truth = {s: spent.get(s, 0.0) / sum(spent.get(x, 0.0) for x in GENERATION) for s in GENERATION}
+    rep = report_json(out)
+    wall = {s["name"]: s["share"] for s in rep["stages"]}
+    ours = {s: wall.get(s, 0.0) / sum(wall.get(x, 0.0) for x in GENERATION) for s in GENERATION}
+    print(f"prefill {ours['prefill']:.3f} (truth {truth['prefill']:.3f}), decode {ours['decode']:.3f} (truth {truth['decode']:.3f})")
+    for stage in ("prefill", "decode"):
+        assert ours[stage] == pytest.approx(truth[stage], abs=0.05), (stage, ours, truth)
+    # the model's own forward is inside them: no separate forward stage in a generation
+    assert wall.get("forward", 0.0) < 0.05, wall
+    assert {"prefill", "decode"} <= {s["name"] for s in rep["stages"]}
+
+
 def _record_beside_truth(
     tmp_path, argv: list[str], duration: str, rate: str, wall_only: bool = False,
     load: _OtherLoad | None = None,

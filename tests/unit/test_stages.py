@@ -135,3 +135,28 @@ def test_the_agent_waiting_is_idle_and_working_is_its_own_stage() -> None:
     working = [*base, F("_Agent._step", "<infertop-agent>"), F("_Agent._end_window", "<infertop-agent>")]
     assert c.classify(waiting)[0] == "idle"
     assert c.classify(working)[0] == "infertop"
+
+
+GEN = "/venv/lib/python3.11/site-packages/transformers/generation"
+
+
+@pytest.mark.parametrize(
+    "tail,expected",
+    [
+        # the prompt's forward, the model's modules included
+        ([F("GenerationMixin._sample", f"{GEN}/utils.py"), F("GenerationMixin._prefill", f"{GEN}/utils.py"),
+          F("GPT2LMHeadModel.forward", "/venv/transformers/models/gpt2/modeling_gpt2.py"),
+          F("Linear.forward", f"{TORCH}/nn/modules/linear.py")], "prefill"),
+        # generate's set-up before the loop
+        ([F("GenerationMixin._prepare_cache_for_generation", f"{GEN}/utils.py")], "prefill"),
+        # a step of the loop: the forward, the logits processors, a wait inside it
+        ([F("GenerationMixin._sample", f"{GEN}/utils.py"), F("Module._call_impl", f"{TORCH}/nn/modules/module.py")], "decode"),
+        ([F("GenerationMixin._sample", f"{GEN}/utils.py"), F("TopKLogitsWarper.__call__", f"{GEN}/logits_process.py")], "decode"),
+        ([F("GenerationMixin._beam_search", f"{GEN}/utils.py"), F("Event.wait", f"{PY}/threading.py")], "decode"),
+    ],
+)  # fmt: skip
+def test_a_generate_call_is_prefill_then_decode(tail: list[Frame], expected: str) -> None:
+    head = [F("serve"), F("decorate_context", f"{TORCH}/utils/_contextlib.py"), F("GenerationMixin.generate", f"{GEN}/utils.py")]
+    assert stage(head + tail) == expected
+    # a user's rule still wins over them
+    assert stage(head + tail, [("forward", "*server.py:serve")]) == "forward"
