@@ -14,6 +14,16 @@ import psutil
 
 ROOT = Path(__file__).resolve().parents[2]
 INFERTOP = [sys.executable, "-m", "infertop"]
+#: Python 3.12 with the ASGI stacks and LitServe (``make .venv312/.installed``)
+VENV312 = ROOT / ".venv312" / "bin" / "python"
+
+
+def status_of(path: Path) -> dict:
+    """A target's JSON status file as last written, or {} before its first write."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
 
 
 def start_target(args: list[str], **kw) -> subprocess.Popen[str]:

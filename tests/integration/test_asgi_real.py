@@ -5,7 +5,6 @@ requests have and the typical ones lack."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import threading
 import time
@@ -14,18 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import ROOT, infertop, report_json, stop_target, until
+from .helpers import ROOT, VENV312, infertop, report_json, status_of, stop_target, until
 
 pytestmark = pytest.mark.slow
-VENV312 = ROOT / ".venv312" / "bin" / "python"
 APP = ROOT / "tests" / "integration" / "targets" / "asgi_app.py"
 
-
-def _status(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
 
 
 class Clients:
@@ -62,9 +54,9 @@ def test_requests_of_an_asgi_app_have_latency_and_a_tail_with_no_flags(tmp_path:
     )  # fmt: skip
     clients = None
     try:
-        port = until(lambda: _status(status).get("port"), 60, "the app's port")
+        port = until(lambda: status_of(status).get("port"), 60, "the app's port")
         clients = Clients(port)
-        until(lambda: _status(status).get("served", 0) > 50, 60, "the first requests")
+        until(lambda: status_of(status).get("served", 0) > 50, 60, "the first requests")
         out = tmp_path / "asgi.infertop"
         p = infertop("record", str(proc.pid), "-o", str(out), "--duration", "12", timeout=150)
         assert p.returncode == 0, p.stderr

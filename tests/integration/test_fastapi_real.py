@@ -15,20 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import ROOT, infertop, report_json, stop_target, until
+from .helpers import ROOT, VENV312, infertop, report_json, status_of, stop_target, until
 
 # solo: the clients' round trips are the yardstick; beside another test their own waits for a
 # CPU would be in them
 pytestmark = [pytest.mark.slow, pytest.mark.solo]
-VENV312 = ROOT / ".venv312" / "bin" / "python"
 APP = ROOT / "tests" / "integration" / "targets" / "fastapi_app.py"
 
-
-def _status(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
 
 
 class Clients:
@@ -78,14 +71,14 @@ def test_a_fastapi_app_has_request_and_tokenizer_latency_with_no_flags(tmp_path:
     )  # fmt: skip
     clients = None
     try:
-        port = until(lambda: _status(status).get("port"), 60, "the app's port")
+        port = until(lambda: status_of(status).get("port"), 60, "the app's port")
         clients = Clients(port)
-        until(lambda: _status(status).get("served", 0) > 30, 60, "the first requests")
-        before = _status(status)
+        until(lambda: status_of(status).get("served", 0) > 30, 60, "the first requests")
+        before = status_of(status)
         out = tmp_path / "fastapi.infertop"
         p = infertop("record", str(proc.pid), "-o", str(out), "--duration", "10", timeout=150)
         assert p.returncode == 0, p.stderr
-        after = _status(status)
+        after = status_of(status)
     finally:
         if clients is not None:
             clients.close()

@@ -19,10 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import ROOT, infertop, report_json, until
+from .helpers import ROOT, VENV312, infertop, report_json, until
 
 pytestmark = pytest.mark.slow
-VENV312 = ROOT / ".venv312" / "bin" / "python"
 APP = ROOT / "tests" / "integration" / "targets" / "litserve_app.py"
 
 
