@@ -100,8 +100,11 @@ def test_wall_shares_match_ground_truth_with_native_code(
     if load.cores > BUSY_CORES:
         # other work took CPU from the target and py-spy alike (CI's machine, a developer's
         # laptop): py-spy's ticks come late, more so while the stage on a native thread pool
-        # holds both cores; measured under two CPU hogs on 2 cores (docs/performance.md)
+        # holds both cores; measured under two CPU hogs on 2 cores (docs/performance.md).
+        # The CPU view's shortfall on the GIL-released encode shrinks there too: 12.6 % against
+        # the wall's 15.5 % under two hogs, 4.6 % against 12.3 % on a quiet machine
         tolerance = max(tolerance, BUSY_TOLERANCE)
+        cpu_gap = 0.0 if cpu_gap is not None else None
     print(f"other processes took {load.cores:.2f} cores: tolerance {tolerance:.2f}")
     truth = {s: spent.get(s, 0.0) / sum(spent.get(x, 0.0) for x in stages) for s in stages}
     rep = report_json(out)
