@@ -71,11 +71,10 @@ def find_stage_codes(patterns):
 
 #: entry points the agent times without being told, when their module is loaded (Python >=
 #: 3.12): (stage, module, attribute path, filter). ``asgi_http``: only calls whose ``scope`` is
-#: an HTTP request (not lifespan, not websocket). FastAPI's app calls Starlette's. A path may
-#: name alternatives (``A|B``): the first one found is timed. Every plain (not ``async``) timed
-#: function counts as one call only where it is the outermost of its stage on its thread: a
-#: model's forward is one call, not one per sub-module; a tokenizer's ``__call__`` and the
-#: ``encode`` inside it are one preprocess call.
+#: an HTTP request (not lifespan, not websocket). FastAPI's app calls Starlette's. Every plain
+#: (not ``async``) timed function counts as one call only where it is the outermost of its
+#: stage on its thread: a model's forward is one call, not one per sub-module; a tokenizer's
+#: ``__call__`` and the ``encode`` inside it are one preprocess call.
 KNOWN_ENTRY_POINTS = (
     ("request", "starlette.applications", "Starlette.__call__", "asgi_http"),
     # Hugging Face tokenizers through transformers (slow and fast); the Rust ``tokenizers``
@@ -109,12 +108,10 @@ def find_known_codes():
     """{code: (stage, filter name or None)} of the KNOWN_ENTRY_POINTS whose modules are
     loaded, and of the KNOWN_HANDLERS its subclasses define."""
     found = {}
-    for stage, module, paths, filt in KNOWN_ENTRY_POINTS:
-        for path in paths.split("|"):
-            code = _code_of(sys.modules.get(module), path)
-            if code is not None:
-                found.setdefault(code, (stage, filt))
-                break
+    for stage, module, path, filt in KNOWN_ENTRY_POINTS:
+        code = _code_of(sys.modules.get(module), path)
+        if code is not None:
+            found.setdefault(code, (stage, filt))
     try:
         models = find_model_codes()
     except Exception:  # an odd object in the heap: no model timed, the rest still is

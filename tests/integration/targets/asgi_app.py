@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import os
-import threading
 import time
 
 import uvicorn
+from serving_status import write_status_forever
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -60,19 +58,7 @@ def main() -> None:
     config = uvicorn.Config(app, host="127.0.0.1", port=args.port, log_level="error", access_log=False)
     server = uvicorn.Server(config)
 
-    def report() -> None:
-        while True:
-            time.sleep(0.2)
-            port = None
-            for s in getattr(server, "servers", []) or []:
-                for sock in s.sockets:
-                    port = sock.getsockname()[1]
-            tmp = args.status + ".tmp"
-            with open(tmp, "w") as fh:
-                json.dump({"port": port, "served": STATE["served"], "t": time.time()}, fh)
-            os.replace(tmp, args.status)
-
-    threading.Thread(target=report, daemon=True).start()
+    write_status_forever(server, args.status, lambda: {"served": STATE["served"]})
     server.run()
 
 

@@ -12,15 +12,14 @@ around each call), the truth the agent's default timing is held to.
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import os
 import threading
 import time
 
 import uvicorn
 from fastapi import FastAPI
 from pydantic import BaseModel
+from serving_status import write_status_forever
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
@@ -75,22 +74,11 @@ def main() -> None:
     config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="error", access_log=False)
     server = uvicorn.Server(config)
 
-    def report() -> None:
-        while True:
-            time.sleep(0.2)
-            port = None
-            for s in getattr(server, "servers", []) or []:
-                for sock in s.sockets:
-                    port = sock.getsockname()[1]
-            with LOCK:
-                state = {"port": port, "served": STATE["served"], "t": time.time(),
-                         "tokenize_ms": list(STATE["tokenize_ms"])}  # fmt: skip
-            tmp = args.status + ".tmp"
-            with open(tmp, "w") as fh:
-                json.dump(state, fh)
-            os.replace(tmp, args.status)
+    def state() -> dict:
+        with LOCK:
+            return {"served": STATE["served"], "tokenize_ms": list(STATE["tokenize_ms"])}
 
-    threading.Thread(target=report, daemon=True).start()
+    write_status_forever(server, args.status, state)
     server.run()
 
 
