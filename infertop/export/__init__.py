@@ -1,4 +1,4 @@
-"""`infertop export`: Chrome/Perfetto, speedscope and Kineto exports of recordings and traces
+"""`infertop export`: Chrome/Perfetto, speedscope, Kineto and pprof exports of recordings and traces
 (layer: views). Import the modules by name."""
 
 __all__ = [
@@ -6,11 +6,15 @@ __all__ = [
     "chrome_counters",
     "chrome_trace",
     "chunk_findings",
+    "formats",
     "gpu_groups",
     "jsonout",
     "kineto",
     "lanes",
     "oplayout",
+    "pprof",
+    "pprof_build",
+    "pprof_schema",
     "prelude",
     "run",
     "samples",

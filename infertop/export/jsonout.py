@@ -24,7 +24,8 @@ def us(ns: int) -> int | float:
 class JsonStream:
     """``open`` returns a binary file to write into; ``commit`` moves it into place."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, compress: bool | None = None) -> None:
+        """``compress``: gzip or not; by default when ``path`` ends in ``.gz``."""
         self.path = path
         folder = os.path.dirname(os.path.abspath(path))
         try:
@@ -35,7 +36,7 @@ class JsonStream:
         self._raw = raw
         self.fh: IO[bytes] = (
             gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0)
-            if path.endswith(".gz")
+            if (path.endswith(".gz") if compress is None else compress)
             else raw
         )  # type: ignore[assignment]
         self.bytes_in = 0

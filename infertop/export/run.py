@@ -7,10 +7,9 @@ import os
 
 from infertop.config import Config
 from infertop.errors import UsageError
+from infertop.export.formats import FORMATS
 from infertop.export.prelude import ExportResult
 from infertop.trace.files import is_trace_path
-
-FORMATS = ("chrome", "speedscope", "kineto")
 
 
 def export(path: str, fmt: str, out: str, config: Config | None = None) -> ExportResult:
@@ -19,11 +18,11 @@ def export(path: str, fmt: str, out: str, config: Config | None = None) -> Expor
     if os.path.exists(out) and os.path.exists(path) and os.path.samefile(out, path):
         raise UsageError("the output would overwrite the input", "give another -o OUT")
     if os.path.isdir(out):
-        raise UsageError(f"{out} is a directory", "give a file name: -o OUT.json or OUT.json.gz")
+        raise UsageError(f"{out} is a directory", "give a file name: -o OUT.json, OUT.json.gz or OUT.pb.gz")
     if os.path.exists(out) and not os.path.isfile(out):  # the export replaces OUT when done
         raise UsageError(
             f"{out} is not a regular file (a device, pipe or socket would be replaced)",
-            "give a file name: -o OUT.json or OUT.json.gz",
+            "give a file name: -o OUT.json, OUT.json.gz or OUT.pb.gz",
         )
     trace = is_trace_path(path)
     if trace and os.path.isdir(path):
@@ -43,6 +42,14 @@ def export(path: str, fmt: str, out: str, config: Config | None = None) -> Expor
         from infertop.export.speedscope import export_speedscope
 
         return export_speedscope(path, out, config, trace=trace)
+    if fmt == "pprof":
+        from infertop.export.pprof import export_pprof
+
+        return export_pprof(path, out, config, trace=trace)
+    if fmt == "pprof-ops":
+        from infertop.export.pprof import export_pprof_ops
+
+        return export_pprof_ops(path, out, trace=trace)
     if trace:
         raise UsageError(
             f"{path} already is a torch.profiler trace",

@@ -1,0 +1,190 @@
+"""``infertop export FILE --format pprof | pprof-ops``: gzipped pprof profiles (profile.proto)
+for ``go tool pprof``, Pyroscope, Parca and the other tools that read them (docs/export.md).
+
+``pprof``: the recording's CPU samples. Sample types ``samples/count`` and ``cpu/nanoseconds``
+(samples × the window's sample period), one location per Python frame (function, file, line),
+sample labels ``stage``, ``thread`` and, in a recording of several processes, ``process``
+(``pid N ROLE``, the role as ``report`` names it).
+
+``pprof-ops``: the torch-profiler windows (the agent's, or a torch.profiler trace's). Stacks
+are op call paths, outermost first down to the kernel or copy an op launched; values
+``calls/count``, ``cpu_time/nanoseconds`` (an op's self time on the host) and
+``device_time/nanoseconds`` (a kernel's or copy's time on the device); labels ``stage``,
+``device`` and ``process``. A torch.profiler trace has no Python samples, so ``pprof`` of a
+trace is its ops profile too.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+
+from infertop import __version__
+from infertop.analysis.processes.shares import roles as process_roles
+from infertop.analysis.stages import StageClassifier
+from infertop.config import Config
+from infertop.export.jsonout import JsonStream
+from infertop.export.pprof_build import ProfileBuilder
+from infertop.export.prelude import ExportResult, scan_recording
+from infertop.model.events import FrameDef, OpWindow, ProcessDef, SampleWindow, StackDef, ThreadDef
+from infertop.model.symbols import SymbolTable
+from infertop.record.stream import RecordingStream
+
+NS = 1_000_000_000
+
+
+def export_pprof(
+    path: str, out: str, config: Config | None = None, trace: bool = False
+) -> ExportResult:
+    if trace:
+        return export_pprof_ops(path, out, trace=True)
+    cfg = config or Config()
+    stream = RecordingStream(path)
+    processes: dict[int, ProcessDef] = {}
+    t0, recorded_rules, target = scan_recording(stream, processes)
+    classifier = StageClassifier(tuple(cfg.stage_rules) + tuple(recorded_rules))
+    role = _roles(path, cfg) if len(processes) > 1 else {}
+    main_pid = target.pid or 0
+    symbols = SymbolTable()
+    threads: dict[int, tuple[str, int]] = {}  # tid -> (name, pid)
+    rate = 0.0
+    end = t0
+    windows: list[SampleWindow] = []
+    b: ProfileBuilder | None = None
+    located: dict[int, tuple[int, ...]] = {}  # stack id -> location ids, leaf first
+    for ev in stream:
+        if isinstance(ev, (FrameDef, StackDef)):
+            symbols.learn(ev)
+        elif isinstance(ev, ThreadDef):
+            threads[ev.tid] = (ev.name, ev.pid)
+        elif isinstance(ev, SampleWindow):
+            end = max(end, ev.t_end)  # the profile spans the sampling, wall windows too
+            if ev.idle:  # a wall window; the CPU windows hold the samples of work
+                continue
+            if b is None:
+                rate = ev.rate_hz or 100.0
+                b = ProfileBuilder(
+                    (("samples", "count"), ("cpu", "nanoseconds")),
+                    ("cpu", "nanoseconds"),
+                    round(NS / rate),
+                    _program(target.cmdline),
+                )
+            windows.append(ev)
+            if len(windows) >= 64:  # symbols come before the windows that use them
+                _add_windows(b, windows, symbols, classifier, located, threads, role, main_pid)
+                windows.clear()
+    if b is None:
+        b = ProfileBuilder(
+            (("samples", "count"), ("cpu", "nanoseconds")), ("cpu", "nanoseconds"), NS // 100
+        )
+    _add_windows(b, windows, symbols, classifier, located, threads, role, main_pid)
+    n = b.samples
+    comments = [f"infertop {__version__}: CPU samples of {os.path.basename(path)}"]
+    if rate:
+        comments.append(f"sampled at {rate:g} Hz")
+    _write(out, b.encode(round(t0 * NS), round((end - t0) * NS), comments, "cpu"))
+    return ExportResult(out, n, stream.warning)
+
+
+def _add_windows(
+    b: ProfileBuilder,
+    windows: Iterable[SampleWindow],
+    symbols: SymbolTable,
+    classifier: StageClassifier,
+    located: dict[int, tuple[int, ...]],
+    threads: dict[int, tuple[str, int]],
+    role: dict[int, str],
+    main_pid: int,
+) -> None:
+    frames, stacks = symbols.frames, symbols.stacks
+    for w in windows:
+        ticks = w.ticks if w.ticks > 0 else max(1, round((w.t_end - w.t_start) * (w.rate_hz or 100)))
+        period_ns = (w.t_end - w.t_start) * NS / ticks
+        for tid, sid, n in w.counts:
+            if n <= 0 or not 0 <= sid < len(stacks):
+                continue
+            locs = located.get(sid)
+            if locs is None:
+                fr = [frames[f] for f in reversed(stacks[sid])]
+                locs = located[sid] = tuple(b.location(f.function, f.file, f.line) for f in fr)
+            stage = classifier.stage_of(sid, [frames[f] for f in stacks[sid]])
+            name, pid = threads.get(tid, ("", 0))
+            labels: tuple[tuple[str, str], ...] = (
+                ("stage", stage),
+                ("thread", f"{name} ({tid})" if name else str(tid)),
+            )
+            if role:
+                pid = pid or main_pid
+                labels += (("process", f"pid {pid} {role.get(pid, '')}".rstrip()),)
+            b.add(locs, (n, n * period_ns), labels)
+
+
+def _roles(path: str, cfg: Config) -> dict[int, str]:
+    """pid -> role, as ``report`` names the processes of a many-process recording."""
+    from infertop.record.reader import read_recording
+    from infertop.sources import ReplaySource
+
+    src = ReplaySource(read_recording(path), cfg)
+    return process_roles(src.session)
+
+
+def export_pprof_ops(path: str, out: str, trace: bool = False) -> ExportResult:
+    if trace:
+        from infertop.record.import_kineto import read_windows
+
+        _plan, windows = read_windows(path, lambda _msg: None)
+        warning = None
+        processes: dict[int, ProcessDef] = {}
+        program = "python"
+    else:
+        stream = RecordingStream(path)
+        processes = {}
+        _t0, _rules, target = scan_recording(stream, processes)
+        windows = [ev for ev in stream if isinstance(ev, OpWindow)]
+        warning = stream.warning
+        program = _program(target.cmdline)
+    role = _roles(path, Config()) if len(processes) > 1 else {}
+    b = ProfileBuilder(
+        (("calls", "count"), ("cpu_time", "nanoseconds"), ("device_time", "nanoseconds")),
+        ("cpu_time", "nanoseconds"),
+        1,
+        program,
+    )
+    for w in windows:
+        for p in w.paths:
+            if not p.names:
+                continue
+            dev = p.device == "cuda"
+            locs = tuple(
+                b.location(name, "[device]" if dev and i == len(p.names) - 1 else "[torch]")
+                for i, name in reversed(list(enumerate(p.names)))
+            )
+            labels: tuple[tuple[str, str], ...] = (("stage", p.stage), ("device", p.device))
+            if role:
+                labels += (("process", f"pid {w.pid} {role.get(w.pid, '')}".rstrip()),)
+            ns = p.self_us * 1000
+            b.add(locs, (p.count, 0 if dev else ns, ns if dev else 0), labels)
+    start = min((w.t_start for w in windows), default=0.0)
+    end = max((w.t_end for w in windows), default=start)
+    comments = [
+        f"infertop {__version__}: torch-profiler windows of {os.path.basename(path)}",
+        f"{len(windows)} windows",
+    ]
+    n = b.samples
+    _write(out, b.encode(round(start * NS), round((end - start) * NS), comments, "cpu_time"))
+    return ExportResult(out, n, warning)
+
+
+def _program(cmdline: str | None) -> str:
+    prog = (cmdline or "").split(" ", 1)[0].rsplit("/", 1)[-1]
+    return prog or "python"
+
+
+def _write(out: str, data: bytes) -> None:
+    doc = JsonStream(out, compress=False)  # ``data`` is gzipped already
+    try:
+        doc.write(data)
+        doc.commit()
+    except BaseException:
+        doc.abort()
+        raise
