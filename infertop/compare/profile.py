@@ -20,6 +20,8 @@ import numpy as np
 from infertop.analysis.flame import FlameNode
 from infertop.config import Config
 
+#: files ``diff`` reads as pprof profiles (``export --format pprof``, or a backend's)
+PPROF_SUFFIXES = (".pb.gz", ".pb", ".pprof")
 STEP_RE = re.compile(r"^ProfilerStep#\d+$")
 NUMBERED = re.compile(r"#\d+$")
 
@@ -30,7 +32,7 @@ def group_name(name: str) -> str:
 
 @dataclass
 class Profile:
-    kind: str  # "recording" | "kineto"
+    kind: str  # "recording" | "kineto" | "pprof"
     path: str
     seconds: float  # profiled wall time the per-second figures divide by
     steps: int  # ProfilerStep ranges seen
@@ -56,6 +58,8 @@ def load_profile(path: str, config: Config | None = None) -> Profile:
     cfg = config or Config()
     if is_trace_path(path):
         return _from_trace(path, cfg)
+    if path.endswith(PPROF_SUFFIXES):
+        return _from_pprof(path)
     return _from_recording(path, cfg)
 
 
@@ -97,6 +101,16 @@ def _from_recording(path: str, cfg: Config) -> Profile:
             prof.kernels[k.name] = prof.kernels.get(k.name, 0.0) + k.total_us
         prof.gpu_us = float(sum(snap.gpu.kernel_time_us.values()))
     prof.findings = {f["rule"]: f for f in rep["findings"]}
+    return prof
+
+
+def _from_pprof(path: str) -> Profile:
+    from infertop.compare.pprof_profile import summarize_pprof
+
+    got = summarize_pprof(path)
+    prof = Profile("pprof", path, got.seconds, 0, frames=got.frames, ops=got.ops)
+    prof.stage_shares, prof.cpu_shares = got.stage_shares, dict(got.stage_shares)
+    prof.kernels, prof.gpu_us = got.kernels, sum(got.kernels.values())
     return prof
 
 

@@ -14,7 +14,6 @@ __all__ = [
     "oplayout",
     "pprof",
     "pprof_build",
-    "pprof_schema",
     "prelude",
     "run",
     "samples",

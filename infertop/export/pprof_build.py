@@ -6,7 +6,7 @@ from __future__ import annotations
 import gzip
 from collections.abc import Sequence
 
-from infertop.export import pprof_schema as pb
+from infertop.model import pprof_schema as pb
 
 #: the one mapping every location sits in: the functions are known, nothing is symbolized
 MAPPING_ID = 1

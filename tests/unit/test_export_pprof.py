@@ -13,7 +13,7 @@ import pytest
 from support.recordings import MAIN, WORKER, definitions, sample_window
 
 from infertop.cli import main
-from infertop.export import pprof_schema as pb
+from infertop.model import pprof_schema as pb
 from infertop.model.events import ProcessDef, ThreadDef
 from infertop.record.writer import RecordingWriter
 from tests.support import data
@@ -195,3 +195,33 @@ def test_pprof_of_a_trace_is_its_ops_profile(tmp_path) -> None:
     assert main(["export", trace, "--format", "pprof", "-o", a]) == 0
     assert main(["export", trace, "--format", "pprof-ops", "-o", b]) == 0
     assert _decode(a) == _decode(b)
+
+
+def test_diff_takes_a_pprof_as_its_baseline(tmp_path, capsys) -> None:
+    """A baseline pulled from a profiling backend gates a fresh recording: the planted slow
+    tokenizer is a preprocess regression against the plain service's exported profile."""
+    base = str(tmp_path / "base.pb.gz")
+    assert main(["export", str(RECORDING), "--format", "pprof", "-o", base]) == 0
+    slow = str(data.DATA / "recordings" / "textgen_slow_tokenizer.infertop")
+    capsys.readouterr()
+    assert main(["diff", base, slow, "--fail-above", "10", "--format", "json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["base"]["kind"] == "pprof"
+    rep = _report(str(RECORDING))
+    rows = {r["name"]: r for r in doc["compared"] if r["what"] == "stage share (cpu)"}
+    # the baseline's shares are the report's CPU shares of the recording it came from
+    for st in rep["stages"]:
+        if st["cpu_samples"]:
+            assert rows[st["name"]]["base"] == pytest.approx(st["cpu_share"], abs=0.001)
+    assert rows["preprocess"]["regressed"] and not rows["forward"]["regressed"]
+    # the same baseline compared with itself: nothing moved
+    capsys.readouterr()
+    assert main(["diff", base, base, "--fail-above", "10"]) == 0
+
+
+def test_diff_says_when_a_baseline_is_not_a_pprof(tmp_path, capsys) -> None:
+    bad = tmp_path / "base.pb.gz"
+    bad.write_bytes(gzip.compress(b"this is not a profile"))
+    rc = main(["diff", str(bad), str(RECORDING)])
+    err = capsys.readouterr().err
+    assert rc == 5 and "is not a pprof profile" in err and "Traceback" not in err
