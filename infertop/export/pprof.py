@@ -83,7 +83,13 @@ def export_pprof(
     if rate:
         comments.append(f"sampled at {rate:g} Hz")
     _write(out, b.encode(round(t0 * NS), round((end - t0) * NS), comments, "cpu"))
-    return ExportResult(out, n, stream.warning)
+    warning = stream.warning
+    if n == 0 and warning is None:
+        warning = (
+            f"{path} holds no CPU samples (an imported trace, or a session too short to sample); "
+            "--format pprof-ops writes its torch-profiler windows"
+        )
+    return ExportResult(out, n, warning)
 
 
 def _add_windows(

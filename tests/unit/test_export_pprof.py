@@ -225,3 +225,23 @@ def test_diff_says_when_a_baseline_is_not_a_pprof(tmp_path, capsys) -> None:
     rc = main(["diff", str(bad), str(RECORDING)])
     err = capsys.readouterr().err
     assert rc == 5 and "is not a pprof profile" in err and "Traceback" not in err
+
+
+def test_a_recording_without_samples_says_where_its_ops_are(tmp_path, capsys) -> None:
+    rec = str(data.DATA / "recordings" / "ranks_a100_cpu.infertop")  # imported traces only
+    assert main(["export", rec, "--format", "pprof", "-o", str(tmp_path / "p.pb.gz")]) == 0
+    err = capsys.readouterr().err
+    assert "no CPU samples" in err and "--format pprof-ops" in err
+    ops = str(tmp_path / "o.pb.gz")
+    assert main(["export", rec, "--format", "pprof-ops", "-o", ops]) == 0
+    assert len(_decode(ops).sample) > 0
+
+
+def test_ops_of_an_imported_rank_directory_are_labelled_by_rank(tmp_path) -> None:
+    rec = str(data.DATA / "recordings" / "ranks_a100_cpu.infertop")
+    out = str(tmp_path / "o.pb.gz")
+    assert main(["export", rec, "--format", "pprof-ops", "-o", out]) == 0
+    prof = _decode(out)
+    s = list(prof.string_table)
+    procs = {s[lb.str] for x in prof.sample for lb in x.label if s[lb.key] == "process"}
+    assert {p.split(" ", 2)[2] for p in procs} == {"rank 0", "rank 34"}
