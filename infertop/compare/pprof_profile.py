@@ -14,6 +14,8 @@ import gzip
 import zlib
 from dataclasses import dataclass, field
 
+from google.protobuf.message import DecodeError
+
 from infertop.errors import BadInputFile
 from infertop.model import pprof_schema as pb
 
@@ -31,7 +33,7 @@ def read_pprof(path: str):  # noqa: ANN201 - a generated message class
         data = gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
         prof = pb.Profile()
         prof.ParseFromString(data)
-    except (OSError, EOFError, zlib.error, ValueError, Exception) as exc:  # DecodeError
+    except (OSError, EOFError, zlib.error, DecodeError) as exc:
         raise BadInputFile(
             f"{path} is not a pprof profile ({type(exc).__name__})",
             "give a profile.proto file, gzipped or not (export --format pprof writes one)",
@@ -47,13 +49,9 @@ class PprofSummary:
 
     seconds: float
     stage_shares: dict[str, float] = field(default_factory=dict)  # of CPU time, idle left out
-    frames: dict[str, float] = field(default_factory=dict)  # "func (dir/file:line)" -> self share
+    frames: dict[tuple[str, str, int], float] = field(default_factory=dict)  # leaf -> self share
     ops: dict[str, float] = field(default_factory=dict)  # op -> self host µs
     kernels: dict[str, float] = field(default_factory=dict)  # kernel/copy -> device µs
-
-
-def _short(path: str) -> str:
-    return "/".join(path.replace("\\", "/").rsplit("/", 2)[-2:])
 
 
 def summarize_pprof(path: str) -> PprofSummary:
@@ -74,7 +72,7 @@ def summarize_pprof(path: str) -> PprofSummary:
     cpu = next((i for i, t in enumerate(types) if t in ("cpu", "samples")), None)
     if cpu is not None:
         stages: dict[str, float] = {}
-        leaf: dict[str, float] = {}
+        leaf: dict[tuple[str, str, int], float] = {}
         for smp in prof.sample:
             v = float(smp.value[cpu]) if cpu < len(smp.value) else 0.0
             labels = {text(lb.key): text(lb.str) for lb in smp.label}
@@ -83,9 +81,8 @@ def summarize_pprof(path: str) -> PprofSummary:
                 continue
             stages[stage] = stages.get(stage, 0.0) + v
             if smp.location_id and smp.location_id[0] in where:
-                name, file, line = where[smp.location_id[0]]
-                label = f"{name} ({_short(file)}:{line})"
-                leaf[label] = leaf.get(label, 0.0) + v
+                at = where[smp.location_id[0]]
+                leaf[at] = leaf.get(at, 0.0) + v
         total = sum(stages.values())
         if total > 0:
             out.stage_shares = {k: v / total for k, v in stages.items()}

@@ -108,7 +108,8 @@ def _from_pprof(path: str) -> Profile:
     from infertop.compare.pprof_profile import summarize_pprof
 
     got = summarize_pprof(path)
-    prof = Profile("pprof", path, got.seconds, 0, frames=got.frames, ops=got.ops)
+    frames = {f"{name} ({_short(file)}:{line})": v for (name, file, line), v in got.frames.items()}
+    prof = Profile("pprof", path, got.seconds, 0, frames=frames, ops=got.ops)
     prof.stage_shares, prof.cpu_shares = got.stage_shares, dict(got.stage_shares)
     prof.kernels, prof.gpu_us = got.kernels, sum(got.kernels.values())
     return prof

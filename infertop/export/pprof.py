@@ -17,7 +17,6 @@ trace is its ops profile too.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
 
 from infertop import __version__
 from infertop.analysis.processes.shares import roles as process_roles
@@ -25,7 +24,7 @@ from infertop.analysis.stages import StageClassifier
 from infertop.config import Config
 from infertop.export.jsonout import JsonStream
 from infertop.export.pprof_build import ProfileBuilder
-from infertop.export.prelude import ExportResult, scan_recording
+from infertop.export.prelude import ExportResult, scan_recording, window_ticks
 from infertop.model.events import FrameDef, OpWindow, ProcessDef, SampleWindow, StackDef, ThreadDef
 from infertop.model.symbols import SymbolTable
 from infertop.record.stream import RecordingStream
@@ -49,7 +48,6 @@ def export_pprof(
     threads: dict[int, tuple[str, int]] = {}  # tid -> (name, pid)
     rate = 0.0
     end = t0
-    windows: list[SampleWindow] = []
     b: ProfileBuilder | None = None
     located: dict[int, tuple[int, ...]] = {}  # stack id -> location ids, leaf first
     for ev in stream:
@@ -69,15 +67,11 @@ def export_pprof(
                     round(NS / rate),
                     _program(target.cmdline),
                 )
-            windows.append(ev)
-            if len(windows) >= 64:  # symbols come before the windows that use them
-                _add_windows(b, windows, symbols, classifier, located, threads, role, main_pid)
-                windows.clear()
+            _add_window(b, ev, symbols, classifier, located, threads, role, main_pid)
     if b is None:
         b = ProfileBuilder(
             (("samples", "count"), ("cpu", "nanoseconds")), ("cpu", "nanoseconds"), NS // 100
         )
-    _add_windows(b, windows, symbols, classifier, located, threads, role, main_pid)
     n = b.samples
     comments = [f"infertop {__version__}: CPU samples of {os.path.basename(path)}"]
     if rate:
@@ -92,9 +86,9 @@ def export_pprof(
     return ExportResult(out, n, warning)
 
 
-def _add_windows(
+def _add_window(
     b: ProfileBuilder,
-    windows: Iterable[SampleWindow],
+    w: SampleWindow,
     symbols: SymbolTable,
     classifier: StageClassifier,
     located: dict[int, tuple[int, ...]],
@@ -102,27 +96,26 @@ def _add_windows(
     role: dict[int, str],
     main_pid: int,
 ) -> None:
+    """A CPU window's samples (its symbols and threads are defined before it)."""
     frames, stacks = symbols.frames, symbols.stacks
-    for w in windows:
-        ticks = w.ticks if w.ticks > 0 else max(1, round((w.t_end - w.t_start) * (w.rate_hz or 100)))
-        period_ns = (w.t_end - w.t_start) * NS / ticks
-        for tid, sid, n in w.counts:
-            if n <= 0 or not 0 <= sid < len(stacks):
-                continue
-            locs = located.get(sid)
-            if locs is None:
-                fr = [frames[f] for f in reversed(stacks[sid])]
-                locs = located[sid] = tuple(b.location(f.function, f.file, f.line) for f in fr)
-            stage = classifier.stage_of(sid, [frames[f] for f in stacks[sid]])
-            name, pid = threads.get(tid, ("", 0))
-            labels: tuple[tuple[str, str], ...] = (
-                ("stage", stage),
-                ("thread", f"{name} ({tid})" if name else str(tid)),
-            )
-            if role:
-                pid = pid or main_pid
-                labels += (("process", f"pid {pid} {role.get(pid, '')}".rstrip()),)
-            b.add(locs, (n, n * period_ns), labels)
+    period_ns = (w.t_end - w.t_start) * NS / window_ticks(w)
+    for tid, sid, n in w.counts:
+        if n <= 0 or not 0 <= sid < len(stacks):
+            continue
+        locs = located.get(sid)
+        if locs is None:
+            fr = [frames[f] for f in reversed(stacks[sid])]
+            locs = located[sid] = tuple(b.location(f.function, f.file, f.line) for f in fr)
+        stage = classifier.stage_of(sid, [frames[f] for f in stacks[sid]])
+        name, pid = threads.get(tid, ("", 0))
+        labels: tuple[tuple[str, str], ...] = (
+            ("stage", stage),
+            ("thread", f"{name} ({tid})" if name else str(tid)),
+        )
+        if role:
+            pid = pid or main_pid
+            labels += (("process", f"pid {pid} {role.get(pid, '')}".rstrip()),)
+        b.add(locs, (n, n * period_ns), labels)
 
 
 def _roles(path: str, cfg: Config) -> dict[int, str]:

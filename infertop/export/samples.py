@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from infertop.config import STAGES
 from infertop.export.jsonout import us as _us
+from infertop.export.prelude import window_ticks
 from infertop.model.events import Frame, SampleWindow
 
 Emit = Callable[[dict], None]
@@ -54,9 +55,7 @@ class SampleTimeline:
         self.slices = 0
 
     def window(self, w: SampleWindow) -> None:
-        ticks = (
-            w.ticks if w.ticks > 0 else max(1, round((w.t_end - w.t_start) * (w.rate_hz or 100)))
-        )
+        ticks = window_ticks(w)
         period = max(1.0, (w.t_end - w.t_start) * 1e9 / ticks)
         start = self.ns(w.t_start)
         per_thread: dict[int, list[tuple[int, int]]] = {}

@@ -20,7 +20,7 @@ from infertop import __version__
 from infertop.analysis.stages import StageClassifier
 from infertop.config import STAGES, Config
 from infertop.export.jsonout import JsonStream
-from infertop.export.prelude import ExportResult, scan_recording
+from infertop.export.prelude import ExportResult, scan_recording, window_ticks
 from infertop.model.events import Frame, FrameDef, SampleWindow, StackDef, ThreadDef
 from infertop.model.symbols import SymbolTable
 from infertop.record.stream import RecordingStream
@@ -111,12 +111,7 @@ def export_speedscope(
         elif isinstance(ev, ThreadDef):  # --children: which process, too
             names[ev.tid] = f"pid {ev.pid} {ev.name}" if ev.pid else ev.name
         elif isinstance(ev, SampleWindow) and not ev.idle:  # CPU windows: samples of work
-            ticks = (
-                ev.ticks
-                if ev.ticks > 0
-                else max(1, round((ev.t_end - ev.t_start) * (ev.rate_hz or 100)))
-            )
-            period_ms = (ev.t_end - ev.t_start) * 1000 / ticks
+            period_ms = (ev.t_end - ev.t_start) * 1000 / window_ticks(ev)
             for tid, sid, n in sorted(
                 ev.counts, key=lambda r: (r[0], stacks[r[1]] if 0 <= r[1] < len(stacks) else ())
             ):
