@@ -13,7 +13,6 @@ __all__ = [
     "lanes",
     "oplayout",
     "pprof",
-    "pprof_build",
     "prelude",
     "run",
     "samples",

@@ -23,13 +23,11 @@ from infertop.analysis.processes.shares import roles as process_roles
 from infertop.analysis.stages import StageClassifier
 from infertop.config import Config
 from infertop.export.jsonout import JsonStream
-from infertop.export.pprof_build import ProfileBuilder
-from infertop.export.prelude import ExportResult, scan_recording, window_ticks
+from infertop.export.prelude import ExportResult, scan_recording
 from infertop.model.events import FrameDef, OpWindow, ProcessDef, SampleWindow, StackDef, ThreadDef
+from infertop.model.pprof_build import NS, CpuProfile, ProfileBuilder, program_name
 from infertop.model.symbols import SymbolTable
 from infertop.record.stream import RecordingStream
-
-NS = 1_000_000_000
 
 
 def export_pprof(
@@ -46,10 +44,18 @@ def export_pprof(
     main_pid = target.pid or 0
     symbols = SymbolTable()
     threads: dict[int, tuple[str, int]] = {}  # tid -> (name, pid)
-    rate = 0.0
     end = t0
-    b: ProfileBuilder | None = None
-    located: dict[int, tuple[int, ...]] = {}  # stack id -> location ids, leaf first
+    prof: CpuProfile | None = None
+    total = 0
+
+    def thread_of(tid: int) -> str:
+        name = threads.get(tid, ("", 0))[0]
+        return f"{name} ({tid})" if name else str(tid)
+
+    def process_of(tid: int) -> str:
+        pid = threads.get(tid, ("", 0))[1] or main_pid
+        return f"pid {pid} {role.get(pid, '')}".rstrip()
+
     for ev in stream:
         if isinstance(ev, (FrameDef, StackDef)):
             symbols.learn(ev)
@@ -59,63 +65,27 @@ def export_pprof(
             end = max(end, ev.t_end)  # the profile spans the sampling, wall windows too
             if ev.idle:  # a wall window; the CPU windows hold the samples of work
                 continue
-            if b is None:
-                rate = ev.rate_hz or 100.0
-                b = ProfileBuilder(
-                    (("samples", "count"), ("cpu", "nanoseconds")),
-                    ("cpu", "nanoseconds"),
-                    round(NS / rate),
-                    _program(target.cmdline),
-                )
-            _add_window(b, ev, symbols, classifier, located, threads, role, main_pid)
-    if b is None:
-        b = ProfileBuilder(
-            (("samples", "count"), ("cpu", "nanoseconds")), ("cpu", "nanoseconds"), NS // 100
-        )
-    n = b.samples
+            if prof is None:
+                prof = CpuProfile(ev.rate_hz or 100.0, program_name(target.cmdline))
+            total += prof.add_window(
+                ev, symbols.frames, symbols.stacks, classifier.stage_of, thread_of,
+                process_of if role else None,
+            )  # fmt: skip
+    rate = prof.rate_hz if prof is not None else 0.0
+    if prof is None:
+        prof = CpuProfile(100.0)
+    n = prof.samples
     comments = [f"infertop {__version__}: CPU samples of {os.path.basename(path)}"]
     if rate:
         comments.append(f"sampled at {rate:g} Hz")
-    _write(out, b.encode(round(t0 * NS), round((end - t0) * NS), comments, "cpu"))
+    _write(out, prof.encode(t0, end, comments))
     warning = stream.warning
-    if n == 0 and warning is None:
+    if total == 0 and warning is None:
         warning = (
             f"{path} holds no CPU samples (an imported trace, or a session too short to sample); "
             "--format pprof-ops writes its torch-profiler windows"
         )
     return ExportResult(out, n, warning)
-
-
-def _add_window(
-    b: ProfileBuilder,
-    w: SampleWindow,
-    symbols: SymbolTable,
-    classifier: StageClassifier,
-    located: dict[int, tuple[int, ...]],
-    threads: dict[int, tuple[str, int]],
-    role: dict[int, str],
-    main_pid: int,
-) -> None:
-    """A CPU window's samples (its symbols and threads are defined before it)."""
-    frames, stacks = symbols.frames, symbols.stacks
-    period_ns = (w.t_end - w.t_start) * NS / window_ticks(w)
-    for tid, sid, n in w.counts:
-        if n <= 0 or not 0 <= sid < len(stacks):
-            continue
-        locs = located.get(sid)
-        if locs is None:
-            fr = [frames[f] for f in reversed(stacks[sid])]
-            locs = located[sid] = tuple(b.location(f.function, f.file, f.line) for f in fr)
-        stage = classifier.stage_of(sid, [frames[f] for f in stacks[sid]])
-        name, pid = threads.get(tid, ("", 0))
-        labels: tuple[tuple[str, str], ...] = (
-            ("stage", stage),
-            ("thread", f"{name} ({tid})" if name else str(tid)),
-        )
-        if role:
-            pid = pid or main_pid
-            labels += (("process", f"pid {pid} {role.get(pid, '')}".rstrip()),)
-        b.add(locs, (n, n * period_ns), labels)
 
 
 def _roles(path: str, cfg: Config) -> dict[int, str]:
@@ -141,7 +111,7 @@ def export_pprof_ops(path: str, out: str, trace: bool = False) -> ExportResult:
         _t0, _rules, target = scan_recording(stream, processes)
         windows = [ev for ev in stream if isinstance(ev, OpWindow)]
         warning = stream.warning
-        program = _program(target.cmdline)
+        program = program_name(target.cmdline)
     role = _roles(path, Config()) if len(processes) > 1 else {}
     b = ProfileBuilder(
         (("calls", "count"), ("cpu_time", "nanoseconds"), ("device_time", "nanoseconds")),
@@ -172,11 +142,6 @@ def export_pprof_ops(path: str, out: str, trace: bool = False) -> ExportResult:
     n = b.samples
     _write(out, b.encode(round(start * NS), round((end - start) * NS), comments, "cpu_time"))
     return ExportResult(out, n, warning)
-
-
-def _program(cmdline: str | None) -> str:
-    prog = (cmdline or "").split(" ", 1)[0].rsplit("/", 1)[-1]
-    return prog or "python"
 
 
 def _write(out: str, data: bytes) -> None:

@@ -26,12 +26,6 @@ if TYPE_CHECKING:
 MAX_TRACE_SPAN_US = 1e12
 
 
-def window_ticks(w: SampleWindow) -> int:
-    """The samples per thread a window stands for: its ticks, or from its length and rate when
-    the recording did not say."""
-    return w.ticks if w.ticks > 0 else max(1, round((w.t_end - w.t_start) * (w.rate_hz or 100)))
-
-
 class ExportResult:
     def __init__(self, output: str, events: int, warning: str | None = None) -> None:
         self.output, self.events, self.warning = output, events, warning

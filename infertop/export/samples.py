@@ -16,8 +16,7 @@ from dataclasses import dataclass, field
 
 from infertop.config import STAGES
 from infertop.export.jsonout import us as _us
-from infertop.export.prelude import window_ticks
-from infertop.model.events import Frame, SampleWindow
+from infertop.model.events import Frame, SampleWindow, window_ticks
 
 Emit = Callable[[dict], None]
 

@@ -20,8 +20,8 @@ from infertop import __version__
 from infertop.analysis.stages import StageClassifier
 from infertop.config import STAGES, Config
 from infertop.export.jsonout import JsonStream
-from infertop.export.prelude import ExportResult, scan_recording, window_ticks
-from infertop.model.events import Frame, FrameDef, SampleWindow, StackDef, ThreadDef
+from infertop.export.prelude import ExportResult, scan_recording
+from infertop.model.events import Frame, FrameDef, SampleWindow, StackDef, ThreadDef, window_ticks
 from infertop.model.symbols import SymbolTable
 from infertop.record.stream import RecordingStream
 

@@ -6,6 +6,7 @@ __all__ = [
     "fields",
     "gpu",
     "numbers",
+    "pprof_build",
     "pprof_schema",
     "rows",
     "symbols",

@@ -98,6 +98,12 @@ class SampleWindow:
     idle: bool = False  # a wall window: idle threads' samples are in ``counts`` too
 
 
+def window_ticks(w: SampleWindow) -> int:
+    """The samples per thread a window stands for: its ticks, or from its length and rate when
+    the recording did not say."""
+    return w.ticks if w.ticks > 0 else max(1, round((w.t_end - w.t_start) * (w.rate_hz or 100)))
+
+
 @dataclass(frozen=True, slots=True)
 class CollectorStatus:
     """Health of one collector, shown in the status line: lag and errors are data, not crashes."""

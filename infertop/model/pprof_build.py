@@ -1,12 +1,14 @@
 """Building one pprof profile: its string table, functions, locations and samples, each
-interned, and identical samples (same stack, same labels) summed into one."""
+interned, and identical samples (same stack, same labels) summed into one; ``CpuProfile``
+builds one of CPU samples."""
 
 from __future__ import annotations
 
 import gzip
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from infertop.model import pprof_schema as pb
+from infertop.model.events import Frame, SampleWindow, window_ticks
 
 #: the one mapping every location sits in: the functions are known, nothing is symbolized
 MAPPING_ID = 1
@@ -107,3 +109,73 @@ class ProfileBuilder:
             prof.default_sample_type = self.s(default_sample_type)
         prof.string_table.extend(self._strings)  # insertion order = index order
         return gzip.compress(prof.SerializeToString(), compresslevel=6, mtime=0)
+
+
+NS = 1_000_000_000
+CPU_TYPES = (("samples", "count"), ("cpu", "nanoseconds"))
+
+#: a stack's stage: (stack id, its frames innermost first) -> stage name
+StageOf = Callable[[int, Sequence[Frame]], str]
+
+
+class CpuProfile:
+    """The CPU samples of a run of windows as one pprof profile: one location per Python frame
+    (leaf first), values ``samples/count`` and ``cpu/nanoseconds`` (samples × the window's
+    sample period), labels ``stage``, ``thread`` and, when ``process_of`` is given, ``process``.
+    ``export --format pprof`` writes one for a whole recording, ``--push`` one per interval."""
+
+    def __init__(self, rate_hz: float, program: str = "python") -> None:
+        self.rate_hz = rate_hz or 100.0
+        self.builder = ProfileBuilder(CPU_TYPES, CPU_TYPES[1], round(NS / self.rate_hz), program)
+        self._located: dict[int, tuple[int, ...]] = {}  # stack id -> location ids, leaf first
+        self.windows = 0
+
+    def add_window(
+        self,
+        w: SampleWindow,
+        frames: Sequence[Frame],
+        stacks: Sequence[tuple[int, ...]],
+        stage_of: StageOf,
+        thread_of: Callable[[int], str],
+        process_of: Callable[[int], str] | None = None,
+        tids: Collection[int] | None = None,
+    ) -> int:
+        """A CPU window's samples (its frames and stacks known); only those of ``tids`` when
+        given. Returns the samples added."""
+        b = self.builder
+        period_ns = (w.t_end - w.t_start) * NS / window_ticks(w)
+        added = 0
+        for tid, sid, n in w.counts:
+            if n <= 0 or not 0 <= sid < len(stacks) or (tids is not None and tid not in tids):
+                continue
+            locs = self._located.get(sid)
+            if locs is None:
+                fr = [frames[f] for f in reversed(stacks[sid])]
+                locs = self._located[sid] = tuple(
+                    b.location(f.function, f.file, f.line) for f in fr
+                )
+            labels: tuple[tuple[str, str], ...] = (
+                ("stage", stage_of(sid, [frames[f] for f in stacks[sid]])),
+                ("thread", thread_of(tid)),
+            )
+            if process_of is not None:
+                labels += (("process", process_of(tid)),)
+            b.add(locs, (n, n * period_ns), labels)
+            added += n
+        self.windows += 1
+        return added
+
+    @property
+    def samples(self) -> int:
+        return self.builder.samples
+
+    def encode(self, t_start: float, t_end: float, comments: Sequence[str] = ()) -> bytes:
+        return self.builder.encode(
+            round(t_start * NS), round((t_end - t_start) * NS), comments, "cpu"
+        )
+
+
+def program_name(cmdline: str | None) -> str:
+    """The profile's main binary: the command's first word, its folders cut."""
+    prog = (cmdline or "").split(" ", 1)[0].rsplit("/", 1)[-1]
+    return prog or "python"
