@@ -10,6 +10,7 @@ from infertop.collect.base import Collector
 from infertop.config import Config
 from infertop.errors import EXIT_OK, InfertopError
 from infertop.model.events import CollectorStatus, TargetInfo
+from infertop.push.live import LivePush, PushOptions
 from infertop.sources import LiveSource
 
 
@@ -24,8 +25,10 @@ def record_headless(
     duration: float | None,
     collectors: Sequence[Collector] | None = None,
     statuses: Sequence[CollectorStatus] = (),
+    push: PushOptions | None = None,
 ) -> int:
     src = LiveSource(target, config, collectors=collectors, record_path=path, statuses=statuses)
+    pusher = LivePush(src, push) if push is not None else None
     tty = sys.stderr.isatty()
     started = time.monotonic()
     last_line = 0.0
@@ -43,6 +46,11 @@ def record_headless(
                 + f" s, {samples} samples, {_size(size)}"
                 + (f", {len(src.session.processes)} processes" if src.session.processes else "")
             )
+            if pusher is not None:
+                pusher.tick()
+                line += ", " + pusher.status()
+                for warning in pusher.warnings():
+                    print(("\n" if tty else "") + warning, file=sys.stderr, flush=True)
             if tty:
                 sys.stderr.write("\r" + line + "   ")
                 sys.stderr.flush()
@@ -62,6 +70,8 @@ def record_headless(
         reason = "interrupted"
     finally:
         src.stop()
+        if pusher is not None:
+            pusher.close()
     if tty:
         sys.stderr.write("\n")
     samples = src.session.samples
@@ -72,4 +82,8 @@ def record_headless(
         + f" ({reason})",
         file=sys.stderr,
     )
+    if pusher is not None:
+        for warning in pusher.warnings():
+            print(warning, file=sys.stderr)
+        print(pusher.summary(), file=sys.stderr)
     return EXIT_OK

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from infertop.commands.base import Command
 from infertop.commands.common import add_collect_flags, targets
+from infertop.commands.push_flags import add_push_flags, push_options
 from infertop.errors import UsageError
 
 if TYPE_CHECKING:
@@ -20,6 +21,7 @@ def add_arguments(p: argparse.ArgumentParser, agent: AgentConfig | None) -> None
         "--duration", type=float, metavar="S", help="stop after S seconds (default: until Ctrl-C)"
     )
     add_collect_flags(p, agent)
+    add_push_flags(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -29,11 +31,12 @@ def run(args: argparse.Namespace) -> int:
 
     if args.duration is not None and args.duration <= 0:
         raise UsageError("--duration must be positive")
+    push = push_options(args)
     target, others = targets(args.pid)
     opts = CollectOptions.from_args(args)
     cfg = opts.load_config()
     collectors, statuses = build_collectors(target, opts, cfg, others)
-    return record_headless(target, cfg, args.output, args.duration, collectors, statuses)
+    return record_headless(target, cfg, args.output, args.duration, collectors, statuses, push)
 
 
 COMMAND = Command(

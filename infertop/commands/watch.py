@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from infertop.commands.base import Command
 from infertop.commands.common import add_collect_flags, targets
+from infertop.commands.push_flags import add_push_flags, push_options
 from infertop.errors import UsageError
 
 if TYPE_CHECKING:
@@ -92,6 +93,7 @@ def add_arguments(p: argparse.ArgumentParser, agent: AgentConfig | None) -> None
         "--duration", type=float, metavar="S", help="stop after S seconds (default: until Ctrl-C)"
     )
     add_collect_flags(p, agent)
+    add_push_flags(p)
 
 
 def _triggers(texts: list[str]) -> tuple[bool, tuple]:
@@ -158,11 +160,12 @@ def run(args: argparse.Namespace) -> int:
         max_incidents=args.max_incidents,
         duration=args.duration,
     )
+    push = push_options(args)
     target, others = targets(args.pid)
     collect = CollectOptions.from_args(args)
     cfg = collect.load_config()
     collectors, statuses = build_collectors(target, collect, cfg, others)
-    return Watch(target, cfg, opts, collectors, statuses).run()
+    return Watch(target, cfg, opts, collectors, statuses, push=push).run()
 
 
 COMMAND = Command(

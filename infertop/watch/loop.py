@@ -21,6 +21,7 @@ from infertop.collect.base import Collector
 from infertop.config import Config
 from infertop.errors import EXIT_OK, InfertopError
 from infertop.model.events import CollectorStatus, Event, TargetInfo
+from infertop.push.live import LivePush, PushOptions
 from infertop.record.incident import EventRing, Incident, incident_marker, incident_path, utc
 from infertop.sources import LiveSource
 
@@ -61,6 +62,7 @@ class Watch:
         statuses: Sequence[CollectorStatus] = (),
         out: TextIO | None = None,
         err: TextIO | None = None,
+        push: PushOptions | None = None,
     ) -> None:
         self.target = target
         self.opts = opts
@@ -73,6 +75,7 @@ class Watch:
             opts.rules, auto=opts.auto, window_s=opts.window_s, cooldown_s=opts.cooldown
         )
         self.src.listeners.append(self._batch)
+        self.push = LivePush(self.src, push) if push is not None else None
         self.incident: Incident | None = None
         self.firing: Firing | None = None
         self.written: list[str] = []
@@ -180,6 +183,8 @@ class Watch:
         parts.append(f"{len(self.written)} incident" + ("" if len(self.written) == 1 else "s"))
         span = now - self.ring.oldest if self.ring.oldest is not None else 0.0
         parts.append(f"last {min(span, o.before):.0f} s in memory ({_size(self.ring.bytes)})")
+        if self.push is not None:
+            parts.append(self.push.status())
         return ", ".join(parts) + f" → {o.out_dir}"
 
     def _trigger_state(self, now: float) -> str:
@@ -250,6 +255,10 @@ class Watch:
                 if o.duration is not None and elapsed >= o.duration:
                     reason = "duration reached"
                     break
+                if self.push is not None:
+                    self.push.tick()
+                    for warning in self.push.warnings():
+                        self._say(warning)
                 self._progress(elapsed, now)
                 time.sleep(TICK_S)
         except KeyboardInterrupt:
@@ -262,6 +271,8 @@ class Watch:
                              else f"cut short: {reason}")  # fmt: skip
                 for sig, handler in old.items():
                     signal.signal(sig, handler)  # type: ignore[arg-type]
+                if self.push is not None:
+                    self.push.close()  # the last (part) interval too
         if self._tty:
             self.err.write("\r\x1b[K")
         n = len(self.written)
@@ -271,4 +282,8 @@ class Watch:
             + ("" if n == 1 else "s") + f" in {o.out_dir} ({reason})",
             file=self.err, flush=True,
         )  # fmt: skip
+        if self.push is not None:
+            for warning in self.push.warnings():
+                print(warning, file=self.err, flush=True)
+            print(self.push.summary(), file=self.err, flush=True)
         return EXIT_OK

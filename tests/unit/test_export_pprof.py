@@ -6,10 +6,11 @@ from __future__ import annotations
 import gzip
 import json
 import re
-import shutil
-import subprocess
 
 import pytest
+from support.go_pprof import needs_go
+from support.go_pprof import pprof as _pprof
+from support.go_pprof import traces as _traces
 from support.recordings import MAIN, WORKER, definitions, sample_window
 
 from infertop.cli import main
@@ -19,42 +20,6 @@ from infertop.record.writer import RecordingWriter
 from tests.support import data
 
 RECORDING = data.DATA / "recordings" / "textgen_service.infertop"
-GO = shutil.which("go")
-needs_go = pytest.mark.skipif(
-    GO is None, reason="go tool pprof is absent (Debian's golang-go; .ci/run installs it)"
-)
-
-
-def _pprof(*args: str) -> str:
-    assert GO is not None
-    res = subprocess.run(
-        [GO, "tool", "pprof", *args], capture_output=True, text=True, timeout=120
-    )
-    assert res.returncode == 0, res.stderr
-    return res.stdout
-
-
-def _traces(path: str, *flags: str) -> list[tuple[dict[str, str], int, list[str]]]:
-    """``go tool pprof -traces``: each sample's labels, value and frames (leaf first)."""
-    out = []
-    for block in _pprof("-traces", *flags, path).split("-----------+")[1:]:
-        labels: dict[str, str] = {}
-        value, frames = None, []
-        for line in block.splitlines()[1:]:
-            m = re.match(r"^\s+(\w+):\s+(.*)$", line)
-            if value is None and m:
-                labels[m.group(1)] = m.group(2).strip()
-                continue
-            m = re.match(r"^\s+(\d+)\s+(.*)$", line)
-            if value is None and m:
-                value, frames = int(m.group(1)), [m.group(2).strip()]
-            elif value is not None and line.strip():
-                frames.append(line.strip())
-        if value is not None:
-            out.append((labels, value, frames))
-    return out
-
-
 def _report(path: str) -> dict:
     import io
     from contextlib import redirect_stdout
