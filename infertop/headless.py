@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from collections.abc import Sequence
+from typing import TextIO
 
 from infertop.collect.base import Collector
 from infertop.config import Config
@@ -26,10 +28,12 @@ def record_headless(
     collectors: Sequence[Collector] | None = None,
     statuses: Sequence[CollectorStatus] = (),
     push: PushOptions | None = None,
+    as_json: bool = False,
 ) -> int:
+    """``record``: ``--json`` puts the progress and the end on stderr as JSON lines."""
     src = LiveSource(target, config, collectors=collectors, record_path=path, statuses=statuses)
     pusher = LivePush(src, push) if push is not None else None
-    tty = sys.stderr.isatty()
+    tty = sys.stderr.isatty() and not as_json
     started = time.monotonic()
     last_line = 0.0
     reason = "stopped"
@@ -50,15 +54,25 @@ def record_headless(
                 pusher.tick()
                 line += ", " + pusher.status()
                 for warning in pusher.warnings():
-                    print(("\n" if tty else "") + warning, file=sys.stderr, flush=True)
-            if tty:
+                    say(("\n" if tty else "") + warning, as_json, "warning")
+            if as_json:
+                if elapsed - last_line >= 5.0 or last_line == 0.0:
+                    doc = {"elapsed_s": round(elapsed, 1), "samples": samples, "bytes": size,
+                           "path": path}  # fmt: skip
+                    if pusher is not None:
+                        doc["push"] = pusher.progress()
+                    say(doc, True)
+                    last_line = elapsed or 1e-9
+            elif tty:
                 sys.stderr.write("\r" + line + "   ")
                 sys.stderr.flush()
             elif elapsed - last_line >= 5.0 or last_line == 0.0:
                 print(line, file=sys.stderr, flush=True)
                 last_line = elapsed or 1e-9
             if src.writer is not None and src.writer.failed:
-                raise InfertopError(src.writer.failed, "free disk space; what was written is readable")
+                raise InfertopError(
+                    src.writer.failed, "free disk space; what was written is readable"
+                )
             if src.done:
                 reason = "the target exited"
                 break
@@ -76,6 +90,16 @@ def record_headless(
         sys.stderr.write("\n")
     samples = src.session.samples
     procs = len(src.session.processes)  # --children
+    if pusher is not None:
+        for warning in pusher.warnings():
+            say(warning, as_json, "warning")
+    if as_json:
+        doc = {"end": reason, "path": path, "windows": src.session.window_count,
+               "samples": samples, "processes": procs}  # fmt: skip
+        if pusher is not None:
+            doc["push"] = pusher.progress()
+        say(doc, True)
+        return EXIT_OK
     print(
         f"wrote {path}: {src.session.window_count} windows, {samples} samples"
         + (f", {procs} processes" if procs else "")
@@ -83,7 +107,13 @@ def record_headless(
         file=sys.stderr,
     )
     if pusher is not None:
-        for warning in pusher.warnings():
-            print(warning, file=sys.stderr)
         print(pusher.summary(), file=sys.stderr)
     return EXIT_OK
+
+
+def say(what: str | dict, as_json: bool, key: str = "message", err: TextIO | None = None) -> None:
+    """One line on stderr: ``what`` as it is, or with ``--json`` as a JSON object (a text is
+    ``{key: text}``)."""
+    if as_json:
+        what = json.dumps(what if isinstance(what, dict) else {key: what.strip()})
+    print(what, file=err or sys.stderr, flush=True)

@@ -34,6 +34,12 @@ def add_push_flags(p: argparse.ArgumentParser) -> None:
         "(profiles/writeraw)",
     )  # fmt: skip
     g.add_argument(
+        "--push-otlp", metavar="URL",
+        help="experimental: send OTLP profiles (ExportProfilesServiceRequest, protobuf) to "
+        "URL/v1development/profiles, e.g. an OpenTelemetry Collector at http://otel:4318; "
+        "instead of --push",
+    )  # fmt: skip
+    g.add_argument(
         "--push-interval", type=float, default=15.0, metavar="S",
         help="one profile every S seconds (default 15)",
     )  # fmt: skip
@@ -68,11 +74,15 @@ def add_push_flags(p: argparse.ArgumentParser) -> None:
 
 def push_options(args: argparse.Namespace) -> PushOptions | None:
     """The push asked for, checked (one usage error each), or None without ``--push``."""
-    if not getattr(args, "push", None):
+    if getattr(args, "push", None) and getattr(args, "push_otlp", None):
+        raise UsageError(
+            "--push and --push-otlp both given", "one backend per run: give one of them"
+        )
+    if not getattr(args, "push", None) and not getattr(args, "push_otlp", None):
         for flag in ("service", "push_tenant", "push_user", "push_token", "push_spool"):
             if getattr(args, flag, None):
                 raise UsageError(
-                    f"--{flag.replace('_', '-')} needs --push URL",
+                    f"--{flag.replace('_', '-')} needs --push URL (or --push-otlp URL)",
                     "e.g. --push http://pyroscope:4040",
                 )
         return None
@@ -81,12 +91,18 @@ def push_options(args: argparse.Namespace) -> PushOptions | None:
     from infertop.push.live import MIB, PushOptions
     from infertop.push.spool import default_folder
 
-    url = args.push.strip()
+    kind = "otlp" if args.push_otlp else args.push_to
+    if kind == "otlp":
+        from infertop.push.otlp import available
+
+        missing = available()
+        if missing is not None:
+            raise UsageError(missing, "or push to Pyroscope or Parca with --push URL")
+    url = (args.push_otlp or args.push).strip()
+    flag = "--push-otlp" if args.push_otlp else "--push"
     parsed = urllib.parse.urlsplit(url)
     if parsed.scheme not in ("http", "https") or not parsed.netloc:
-        raise UsageError(
-            f"--push {url!r} is not an http(s) URL", "e.g. --push http://pyroscope:4040"
-        )
+        raise UsageError(f"{flag} {url!r} is not an http(s) URL", "e.g. http://pyroscope:4040")
     if not 1 <= args.push_interval <= 3600:
         raise UsageError(f"--push-interval {args.push_interval:g} is out of range", "use 1..3600 s")
     if args.push_spool_mb <= 0:
@@ -117,7 +133,7 @@ def push_options(args: argparse.Namespace) -> PushOptions | None:
                 "give --push-spool a folder you can write to, or --push-spool none",
             )
     endpoint = Endpoint.of(
-        args.push_to,
+        kind,
         url,
         tenant=args.push_tenant or os.environ.get(ENV_TENANT) or None,
         basic=basic,

@@ -20,6 +20,11 @@ def add_arguments(p: argparse.ArgumentParser, agent: AgentConfig | None) -> None
     p.add_argument(
         "--duration", type=float, metavar="S", help="stop after S seconds (default: until Ctrl-C)"
     )
+    p.add_argument(
+        "--json", action="store_true",
+        help="progress, warnings and the end as JSON lines on stderr (for a supervisor or a "
+        "log pipeline), the push's counts in them",
+    )  # fmt: skip
     add_collect_flags(p, agent)
     add_push_flags(p)
 
@@ -36,7 +41,9 @@ def run(args: argparse.Namespace) -> int:
     opts = CollectOptions.from_args(args)
     cfg = opts.load_config()
     collectors, statuses = build_collectors(target, opts, cfg, others)
-    return record_headless(target, cfg, args.output, args.duration, collectors, statuses, push)
+    return record_headless(
+        target, cfg, args.output, args.duration, collectors, statuses, push, args.json
+    )
 
 
 COMMAND = Command(

@@ -92,6 +92,11 @@ def add_arguments(p: argparse.ArgumentParser, agent: AgentConfig | None) -> None
     p.add_argument(
         "--duration", type=float, metavar="S", help="stop after S seconds (default: until Ctrl-C)"
     )
+    p.add_argument(
+        "--json", action="store_true",
+        help="progress, warnings and the end as JSON lines on stderr (for a supervisor or a "
+        "log pipeline), the push's counts in them",
+    )  # fmt: skip
     add_collect_flags(p, agent)
     add_push_flags(p)
 
@@ -159,6 +164,7 @@ def run(args: argparse.Namespace) -> int:
         cooldown=args.cooldown,
         max_incidents=args.max_incidents,
         duration=args.duration,
+        as_json=args.json,
     )
     push = push_options(args)
     target, others = targets(args.pid)

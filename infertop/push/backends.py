@@ -3,6 +3,8 @@
 - Pyroscope: ``POST {URL}/push.v1.PusherService/Push``, the Connect protocol's JSON form of
   push.proto's ``PushRequest``: ``{"series": [{"labels": [{"name", "value"}],
   "samples": [{"rawProfile": BASE64, "ID": UUID}]}]}``; the tenant in ``X-Scope-OrgID``.
+- OTLP (experimental): ``POST {URL}/v1development/profiles``, an ``ExportProfilesServiceRequest``
+  in protobuf (push/otlp.py).
 - Parca: ``POST {URL}/profiles/writeraw``, the HTTP form of
   ``parca.profilestore.v1alpha1.ProfileStoreService/WriteRaw``: ``{"series": [{"labels":
   {"labels": [{"name", "value"}]}, "samples": [{"rawProfile": BASE64}]}], "normalized": true}``.
@@ -23,8 +25,12 @@ from dataclasses import dataclass, field
 
 from infertop import __version__
 
-KINDS = ("pyroscope", "parca")
-PATHS = {"pyroscope": "/push.v1.PusherService/Push", "parca": "/profiles/writeraw"}
+KINDS = ("pyroscope", "parca", "otlp")
+PATHS = {
+    "pyroscope": "/push.v1.PusherService/Push",
+    "parca": "/profiles/writeraw",
+    "otlp": "/v1development/profiles",  # experimental: see push/otlp.py
+}
 PROFILE_NAME = "process_cpu"
 
 _BAD_NAME = re.compile(r"[^A-Za-z0-9_]")
@@ -63,7 +69,8 @@ class Endpoint:
     def request_headers(self) -> dict[str, str]:
         """The headers of every request: the auth ones are added here, at send time, and so
         never reach the spool on disk."""
-        h = {"Content-Type": "application/json", "User-Agent": f"infertop/{__version__}"}
+        content = "application/x-protobuf" if self.kind == "otlp" else "application/json"
+        h = {"Content-Type": content, "User-Agent": f"infertop/{__version__}"}
         if self.kind == "pyroscope":
             h["Connect-Protocol-Version"] = "1"
         if self.tenant:
@@ -86,6 +93,10 @@ class Series:
 
 def encode(kind: str, series: Sequence[Series]) -> bytes:
     """The request body for ``kind`` holding ``series``."""
+    if kind == "otlp":
+        from infertop.push import otlp  # the opentelemetry-proto package: only when asked for
+
+        return otlp.encode([(s.labels, s.profile) for s in series])
     out = []
     for s in series:
         labels = [{"name": label_name(k), "value": v} for k, v in s.labels]

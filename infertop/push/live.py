@@ -119,8 +119,9 @@ class LivePush:
             span[0], span[1] = min(span[0], w.t_start), max(span[1], w.t_end)
 
     def _thread_of(self, tid: int) -> str:
-        name = self.session.threads.get(tid)
-        return f"{name} ({tid})" if name else str(tid)
+        """The thread's name alone (not its tid, as the export has it): a backend that makes
+        series of sample labels gets as many as the service has thread names, not threads."""
+        return self.session.threads.get(tid) or "unnamed"
 
     # -- intervals out ----------------------------------------------------------------------
     def tick(self) -> None:
@@ -181,6 +182,26 @@ class LivePush:
         if st.dropped:
             parts.append(f"{st.dropped} dropped")
         return ", ".join(parts)
+
+    def progress(self) -> dict[str, object]:
+        """What ``status`` says, for ``--json``."""
+        st = self.sender.stats
+        spool = self.sender.spool
+        return {
+            "url": self.opts.endpoint.url,
+            "intervals": self.intervals,
+            "sent": st.sent,
+            "sent_bytes": st.sent_bytes,
+            "queued": self.sender.queued,
+            "spooled": self.sender.spooled,
+            "spool": spool.folder if spool is not None else None,
+            "dropped": st.dropped,
+            "rejected": st.rejected,
+            "failing": st.failing,
+            "retry_in_s": round(max(0.0, st.retry_at - time.monotonic()), 1)
+            if st.failing is not None
+            else None,
+        }
 
     def summary(self) -> str:
         """The last line: what was sent, and what was not and where it is."""

@@ -7,6 +7,7 @@ written is closed with what it has, the agent detached); a second one stops at o
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -44,6 +45,7 @@ class WatchOptions:
     cooldown: float = 60.0
     max_incidents: int = 20
     duration: float | None = None
+    as_json: bool = False  # --json: progress, messages and the end as JSON lines on stderr
 
 
 def _size(n: float) -> str:
@@ -84,7 +86,7 @@ class Watch:
         self.signalled = False
         self.armed_said: set[str] = set()
         self.said_agent_gone = False
-        self._tty = self.err.isatty()
+        self._tty = self.err.isatty() and not opts.as_json
         self._last_line_t = -1e9
 
     # -- events -----------------------------------------------------------------------------
@@ -165,10 +167,22 @@ class Watch:
             self.armed_said.update(armed)
             self._say(f"auto trigger watching {', '.join(armed)}")
 
-    def _say(self, line: str) -> None:
+    def _say(self, line: str | dict, key: str = "message") -> None:
         if self._tty:
             self.err.write("\r\x1b[K")
+        if self.opts.as_json:
+            line = json.dumps(line if isinstance(line, dict) else {key: line})
         print(line, file=self.err, flush=True)
+
+    def _doc(self, elapsed: float) -> dict[str, object]:
+        """The status for ``--json``."""
+        doc: dict[str, object] = {"pid": self.target.pid, "elapsed_s": round(elapsed, 1),
+                                  "incidents": list(self.written), "out": self.opts.out_dir}  # fmt: skip
+        if self.incident is not None:
+            doc["writing"] = self.incident.path
+        if self.push is not None:
+            doc["push"] = self.push.progress()
+        return doc
 
     def _status(self, elapsed: float, now: float) -> str:
         o = self.opts
@@ -206,7 +220,11 @@ class Watch:
 
     def _progress(self, elapsed: float, now: float) -> None:
         """The status line: rewritten in place on a terminal, else one every STATUS_EVERY_S."""
-        if self._tty:  # one line, cut to the terminal's width (a wrapped one would pile up)
+        if self.opts.as_json:
+            if now - self._last_line_t >= STATUS_EVERY_S:
+                self._say(self._doc(elapsed))
+                self._last_line_t = now
+        elif self._tty:  # one line, cut to the terminal's width (a wrapped one would pile up)
             width = shutil.get_terminal_size((100, 24)).columns
             self.err.write("\r\x1b[K" + self._status(elapsed, now)[: max(20, width - 1)])
             self.err.flush()
@@ -258,7 +276,7 @@ class Watch:
                 if self.push is not None:
                     self.push.tick()
                     for warning in self.push.warnings():
-                        self._say(warning)
+                        self._say(warning, "warning")
                 self._progress(elapsed, now)
                 time.sleep(TICK_S)
         except KeyboardInterrupt:
@@ -277,13 +295,17 @@ class Watch:
             self.err.write("\r\x1b[K")
         n = len(self.written)
         elapsed = time.monotonic() - started
+        if self.push is not None:
+            for warning in self.push.warnings():
+                self._say(warning, "warning")
+        if o.as_json:
+            self._say({"end": reason, **self._doc(elapsed)})
+            return EXIT_OK
         print(
             f"watched pid {self.target.pid} for {elapsed:.0f} s: {n} incident"
             + ("" if n == 1 else "s") + f" in {o.out_dir} ({reason})",
             file=self.err, flush=True,
         )  # fmt: skip
         if self.push is not None:
-            for warning in self.push.warnings():
-                print(warning, file=self.err, flush=True)
             print(self.push.summary(), file=self.err, flush=True)
         return EXIT_OK

@@ -1,11 +1,12 @@
 """``record --push`` and ``watch --push`` on a real target (targets/stage_loop.py) into the
 stand-in backend (tests/support/push_receiver.py): a profile per interval with the series
 labels a backend queries by, pprofs that ``go tool pprof`` reads whose samples add up to the
-recording's and whose stage labels give the report's forward share; a backend that is down at
+recording's and whose stage labels give the report's forward share, counted in ``--json``; a backend that is down at
 first gets every profile once it is up, and nothing of infertop is left in the target."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -44,13 +45,17 @@ def test_record_push_sends_stage_labelled_profiles_that_add_up_to_the_recording(
         with Receiver().start() as rx:
             p = infertop("record", str(target.pid), "-o", out, "--duration", "7", "--no-inject",
                          "--push", rx.url, "--push-interval", "2", "--push-label", "env=ci",
-                         "--push-spool", str(tmp_path / "spool"))  # fmt: skip
+                         "--push-spool", str(tmp_path / "spool"), "--json")  # fmt: skip
             assert p.returncode == 0, p.stderr
             paths = _profiles(rx, tmp_path, target.pid)
     finally:
         stop_target(target)
     assert len(paths) >= 3, p.stderr  # 7 s in 2 s intervals, and the last part one
-    assert f"pushed {len(paths)} of {len(paths)} profiles" in p.stderr, p.stderr
+    lines = [json.loads(line) for line in p.stderr.splitlines()]  # --json: every line is JSON
+    assert "push" in lines[0] and lines[-1]["end"] == "duration reached", lines
+    end = lines[-1]["push"]
+    assert (end["sent"], end["intervals"], end["dropped"]) == (len(paths), len(paths), 0), end
+    assert end["sent_bytes"] == sum(len(g.body) for g in rx.taken())
     rep = report_json(out)
     every = traces(paths[0], "-sample_index=samples", "-tagignore=stage=idle", *paths[1:])
     total = sum(v for _l, v, _f in every)

@@ -1,7 +1,8 @@
 """A profiling backend's stand-in on 127.0.0.1 for the push tests: it answers each request with
 the next status of a script (then 200), keeps every request it was sent, and decodes their
 bodies in the documented JSON forms of Pyroscope's ``PushRequest`` and Parca's
-``WriteRawRequest``: series labels and each sample's gzipped pprof (``rawProfile``, base64).
+``WriteRawRequest`` (series labels and each sample's gzipped pprof, ``rawProfile``, base64),
+or as OTLP's ``ExportProfilesServiceRequest``.
 
 It can also be away: ``Receiver.reserved()`` holds a port that nobody listens on (connections
 are refused) until ``start()`` binds it."""
@@ -29,6 +30,13 @@ class Got:
 
     def doc(self) -> dict:
         return json.loads(self.body)
+
+    def otlp(self):
+        """The body as OTLP's ``ExportProfilesServiceRequest``, read with the published
+        definitions (the opentelemetry-proto package's compiled protos)."""
+        from opentelemetry.proto.collector.profiles.v1development import profiles_service_pb2
+
+        return profiles_service_pb2.ExportProfilesServiceRequest.FromString(self.body)
 
     def series(self) -> list[tuple[dict[str, str], list[bytes]]]:
         """Each series' labels and its samples' raw (gzipped pprof) profiles, in either

@@ -230,7 +230,7 @@ def test_watch_pushes_one_pprof_per_interval_that_go_pprof_reads(tmp_path) -> No
     path.write_bytes(got[0].series()[0][1][0])
     rows = traces(str(path), "-sample_index=samples")
     assert rows, "go tool pprof read no samples"
-    assert {r[0]["thread"] for r in rows} == {"MainThread (1)"}
+    assert {r[0]["thread"] for r in rows} == {"MainThread"}
     assert all(r[2][0].startswith("forward") for r in rows), rows  # leaf first
     assert "pushed" in err.getvalue() and f"of {len(got)} profiles" in err.getvalue()
 
@@ -243,9 +243,11 @@ def test_watch_pushes_one_pprof_per_interval_that_go_pprof_reads(tmp_path) -> No
         (["--push", "http://h:4040", "--push-interval", "0.5"], "--push-interval 0.5"),
         (["--push", "http://h:4040", "--push-label", "env"], "is not NAME=VALUE"),
         (["--push", "http://h:4040", "--push-user", "alice"], "USER:PASSWORD"),
-        (["--push-token", "x"], "--push-token needs --push URL"),
-        (["--service", "x"], "--service needs --push URL"),
+        (["--push-token", "x"], "--push-token needs --push URL (or --push-otlp URL)"),
+        (["--service", "x"], "--service needs --push URL (or --push-otlp URL)"),
         (["--push", "http://h:4040", "--push-spool", "/proc/infertop"], "--push-spool"),
+        (["--push", "http://h:4040", "--push-otlp", "http://h:4318"], "both given"),
+        (["--push-otlp", "otel:4318"], "--push-otlp 'otel:4318' is not an http(s) URL"),
     ],
 )
 def test_bad_push_flags_say_what_to_do(tmp_path, args: list[str], says: str) -> None:
@@ -256,3 +258,100 @@ def test_bad_push_flags_say_what_to_do(tmp_path, args: list[str], says: str) -> 
         r = run_cli(*command, str(os.getpid()), *args)
         assert r.returncode == 2, (command, r)
         assert says in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+# -- OTLP (experimental) --------------------------------------------------------------------------
+def _otlp_stacks(req) -> dict[tuple[tuple[str, ...], str, str], int]:
+    """{(frames leaf first, stage, thread): value} of every profile of an OTLP request, read
+    through its dictionary's indices."""
+    d = req.dictionary
+    st = list(d.string_table)
+    for table in (d.mapping_table, d.location_table, d.function_table, d.attribute_table,
+                  d.stack_table):  # fmt: skip
+        assert table[0].ByteSize() == 0  # the zero value first, as the format requires
+    assert st[0] == ""
+    out: dict[tuple[tuple[str, ...], str, str], int] = {}
+    for rp in req.resource_profiles:
+        for sp in rp.scope_profiles:
+            assert sp.scope.name == "infertop"
+            for prof in sp.profiles:
+                assert (st[prof.sample_type.type_strindex], st[prof.sample_type.unit_strindex]) \
+                    == ("cpu", "nanoseconds")  # fmt: skip
+                assert len(prof.profile_id) == 16
+                for s in prof.samples:
+                    locs = d.stack_table[s.stack_index].location_indices
+                    names = tuple(st[d.function_table[d.location_table[i].lines[0].function_index]
+                                     .name_strindex] for i in locs)  # fmt: skip
+                    attrs = {st[d.attribute_table[i].key_strindex]:
+                             d.attribute_table[i].value.string_value
+                             for i in s.attribute_indices}  # fmt: skip
+                    key = (names, attrs["stage"], attrs["thread"])
+                    out[key] = out.get(key, 0) + s.values[0]
+    return out
+
+
+def test_otlp_request_holds_the_same_samples_as_the_pprof() -> None:
+    pytest.importorskip("opentelemetry.proto.collector.profiles.v1development.profiles_service_pb2")
+    from support.push_receiver import Got
+    from support.recordings import FRAMES, MAIN, STACKS, WORKER, sample_window
+
+    from infertop.model.pprof_build import CpuProfile
+
+    stages = {0: "preprocess", 1: "forward", 2: "serialize", 3: "idle"}
+    prof = CpuProfile(100.0, "python")
+    w = sample_window(
+        1_700_000_000.0, ((MAIN, 0, 30), (MAIN, 1, 50), (WORKER, 2, 15), (WORKER, 3, 5))
+    )
+    prof.add_window(w, FRAMES, STACKS, lambda sid, _f: stages[sid], lambda t: f"t{t}")
+    raw = prof.encode(w.t_start, w.t_end)
+    labels = series_labels("serve", "h1", 4242, (("env", "prod"),))
+    got = Got("/v1development/profiles", {}, encode("otlp", [Series(labels, raw)]), 200)
+    req = got.otlp()
+    (rp,) = req.resource_profiles
+    attrs = {a.key: a.value for a in rp.resource.attributes}
+    assert attrs["service.name"].string_value == "serve" and attrs["host.name"].string_value == "h1"
+    assert attrs["process.pid"].int_value == 4242 and attrs["env"].string_value == "prod"
+    by = _otlp_stacks(req)
+    period = 1e9 / 100  # a 1 s window of 100 ticks
+    assert by[(("forward", "serve", "<module>"), "forward", f"t{MAIN}")] == 50 * period
+    assert by[(("encode", "serve", "<module>"), "preprocess", f"t{MAIN}")] == 30 * period
+    assert sum(by.values()) == 100 * period
+
+
+def test_watch_push_otlp_sends_protobuf_to_the_development_path(tmp_path) -> None:
+    pytest.importorskip("opentelemetry.proto.collector.profiles.v1development.profiles_service_pb2")
+    with Receiver().start() as rx:
+        push = PushOptions(Endpoint.of("otlp", rx.url), interval_s=1.0, spool_dir=None)
+        opts = WatchOptions(out_dir=str(tmp_path / "inc"), duration=2.5, auto=False)
+        err = __import__("io").StringIO()
+        target = TargetInfo(os.getpid(), "python /srv/serve.py")
+        assert Watch(target, Config(), opts, [Live()], out=err, err=err, push=push).run() == 0
+        got = rx.taken()
+    assert len(got) >= 2, err.getvalue()
+    assert {g.path for g in got} == {"/v1development/profiles"}
+    assert {g.headers["content-type"] for g in got} == {"application/x-protobuf"}
+    by = _otlp_stacks(got[0].otlp())
+    assert by and all(names[0] == "forward" and stage == "forward" and thread == "MainThread"
+                      for (names, stage, thread) in by)  # fmt: skip
+
+
+def test_watch_json_says_what_was_pushed_and_what_was_dropped(tmp_path) -> None:
+    import io
+    import json
+
+    with Receiver(script=[400]).start() as rx:
+        push = PushOptions(Endpoint.of("parca", rx.url), interval_s=1.0, spool_dir=None)
+        opts = WatchOptions(out_dir=str(tmp_path), duration=3.5, auto=False, as_json=True)
+        err = io.StringIO()
+        target = TargetInfo(os.getpid(), "python -m app.server")
+        assert Watch(target, Config(), opts, [Live()], out=err, err=err, push=push).run() == 0
+        got = rx.got
+    lines = [json.loads(line) for line in err.getvalue().splitlines()]  # each line is JSON
+    (warning,) = [d["warning"] for d in lines if "warning" in d]
+    assert "HTTP 400" in warning and "not retried" in warning
+    end = lines[-1]
+    assert end["end"] == "duration reached" and end["incidents"] == []
+    p = end["push"]
+    assert (p["sent"], p["dropped"], p["rejected"]) == (len(got) - 1, 1, 1), p
+    assert p["intervals"] == len(got) and p["failing"] is None
+    assert got[1].series()[0][0]["service_name"] == "app.server"
