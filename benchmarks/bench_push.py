@@ -50,6 +50,32 @@ def record(pid: int, duration: float, extra: list[str]) -> tuple[float, str]:
     return cpu / wall, p.stderr
 
 
+def synthetic(threads: int, stacks: int, depth: int, windows: int) -> tuple[int, int]:
+    """One interval of a made-up service far busier in stacks than busy_target: ``threads``
+    threads, ``stacks`` distinct stacks each, ``depth`` frames deep, in ``windows`` windows.
+    Returns (the pprof's bytes, the Pyroscope request's bytes)."""
+    from infertop.model.events import Frame, SampleWindow
+    from infertop.model.pprof_build import CpuProfile
+    from infertop.push.backends import Series, encode, series_labels
+
+    frames = [Frame(f"fn_{i}", f"/srv/app/module_{i % 40}.py", 10 + i) for i in range(depth * 50)]
+    table = [
+        tuple((k * 7 + d * 13) % len(frames) for d in range(depth)) for k in range(stacks * threads)
+    ]
+    prof = CpuProfile(50.0)
+    t = 1_700_000_000.0
+    for w in range(windows):
+        counts = tuple(
+            (100 + th, th * stacks + k, 1) for th in range(threads) for k in range(stacks)
+        )
+        win = SampleWindow(t + w, t + w + 1, 50.0, 50, counts, 0, 0.0, threads)
+        prof.add_window(win, frames, table, lambda sid, _f: ("forward", "preprocess")[sid % 2],
+                        lambda tid: f"worker-{tid}")  # fmt: skip
+    raw = prof.encode(t, t + windows)
+    body = encode("pyroscope", [Series(series_labels("serve", "host", 4242), raw)])
+    return len(raw), len(body)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=2)
@@ -94,6 +120,13 @@ def main() -> None:
     out = os.path.join(tempfile.gettempdir(), "bench_push_first.pb.gz")
     Path(out).write_bytes(raw)
     print(f"first pushed pprof written to {out} (go tool pprof -raw {out})")
+    print()
+    print("| synthetic interval (8 threads, 15 windows) | pprof | Pyroscope request |")
+    print("|---|---:|---:|")
+    for stacks, depth in ((50, 20), (200, 30), (500, 40)):
+        raw, body = synthetic(8, stacks, depth, 15)
+        print(f"| {stacks} distinct stacks per thread, {depth} deep | {raw / 1024:.1f} KiB | "
+              f"{body / 1024:.1f} KiB |")  # fmt: skip
 
 
 if __name__ == "__main__":

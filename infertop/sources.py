@@ -66,13 +66,12 @@ class LiveSource:
         self.session.apply(nvml.status() if nvml is not None else probe_nvml())  # type: ignore[attr-defined]
         for status in statuses:  # what the caller already knows (e.g. "agent: --no-inject")
             self.session.apply(status)
-        assert target.pid is not None
         self.collectors: list[Collector] = list(
             collectors
             if collectors is not None
             else [
                 PySpyCollector(
-                    target.pid,
+                    target.pid or 0,  # without collectors a pid is given
                     config.collect.rate_hz,
                     config.collect.window_s,
                     cpu_every=config.collect.cpu_every,

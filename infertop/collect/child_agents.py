@@ -95,6 +95,12 @@ class ChildAgents:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
+    def follow(self, pids: list[int]) -> None:
+        """The targets are ``pids``, a list that changes (``watch --match``): each one that
+        appears gets an agent as an extra target does."""
+        self.roots = pids
+        self.extra_targets = pids
+
     # -- Collector protocol -----------------------------------------------------------------
     def start(self) -> None:
         if self._thread is not None:
@@ -176,7 +182,7 @@ class ChildAgents:
     def _candidates(self) -> list[int]:
         pids = list(self.extra_targets)
         if self.children:
-            for root in self.roots:
+            for root in list(self.roots):
                 pids += descendants(root)
         seen: set[int] = set()
         return [p for p in pids if not (p in seen or seen.add(p))]  # type: ignore[func-returns-value]

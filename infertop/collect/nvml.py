@@ -273,6 +273,7 @@ class NvmlCollector:
         #: trees): "the target's memory" on a device is all of theirs, a service's GPU memory
         self._roots = [p for p in (target_pid, *others) if p]
         self._children = children
+        self._following = False  # follow(): the roots change
         self._events: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._stop = threading.Event()
         self._wake = threading.Event()  # set: read now (stop, or a change of pace)
@@ -282,6 +283,12 @@ class NvmlCollector:
     @property
     def available(self) -> bool:
         return self._reader.available
+
+    def follow(self, pids: list[int]) -> None:
+        """The session's processes are ``pids``, a list that changes (``watch --match``):
+        looked at again as children are."""
+        self._roots = pids
+        self._following = True
 
     def sample_faster(self, interval: float, for_s: float) -> None:
         """Read every ``interval`` seconds for the next ``for_s`` seconds, then at the usual
@@ -309,7 +316,7 @@ class NvmlCollector:
         """Every process of the session, in every pid namespace we can see (NVML's are the
         host's): the targets and, with ``children``, their descendants."""
         pids: set[int] = set()
-        for root in self._roots:
+        for root in list(self._roots):
             for pid in [root, *(descendants(root) if self._children else ())]:
                 pids |= target_pids(pid)
         return pids
@@ -318,7 +325,7 @@ class NvmlCollector:
         known = dict(self._reader.unavailable)
         n = 0
         while not self._stop.is_set():
-            if len(self._roots) > 1 or self._children:
+            if len(self._roots) > 1 or self._children or self._following:
                 if n % TREE_EVERY == 0:  # children come and go: look again now and then
                     self._reader.target = self._session_pids()
                 n += 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import time
 from typing import TYPE_CHECKING
 
 from infertop.commands.base import Command
@@ -42,13 +43,15 @@ examples:
   infertop watch 4242 --out inc --trigger 'forward.p99>250ms' --trigger 'forward.rate<5/s'
   infertop watch 4242 --out inc --trigger auto --trigger 'preprocess.p95>40ms' --before 60
   infertop watch 4242 --out inc --stage forward='*model.py:Model.forward'   (Python >= 3.12)
+  infertop watch --match '*serve.py*' --out inc --push http://pyroscope:4040
+                                        every serve.py on the host, now and later
   kill -USR1 <pid of watch>             write an incident now
   infertop report inc/incident-20261202T074103Z.infertop
 
 stdout, one line per incident:
   2026-12-02T07:41:03Z  forward.p95 212 ms > 2× 60 s p95 (98 ms)  → inc/incident-20261202T074103Z.infertop
 Ctrl-C or SIGTERM: an incident being written is closed with what it has, the agent detached,
-exit 0. The target exiting ends watch too."""
+exit 0. The target exiting ends watch too (with --match: never; exited ones are dropped)."""
 
 
 def _positive(name: str, value: float | None, lo: float, hi: float) -> None:
@@ -57,7 +60,13 @@ def _positive(name: str, value: float | None, lo: float, hi: float) -> None:
 
 
 def add_arguments(p: argparse.ArgumentParser, agent: AgentConfig | None) -> None:
-    p.add_argument("pid", type=int, nargs="+", help="process id(s), as for attach")
+    p.add_argument("pid", type=int, nargs="*", help="process id(s), as for attach")
+    p.add_argument(
+        "--match", metavar="PATTERN",
+        help="instead of pids: every Python process whose command line matches, running now or "
+        "started later (exited ones are dropped): a glob on the whole command line "
+        "('*serve.py*') or /REGEX/ ('/uvicorn .*app:api/')",
+    )  # fmt: skip
     p.add_argument(
         "--out", required=True, metavar="DIR", help="where incidents go (created if missing)"
     )
@@ -137,9 +146,33 @@ def out_dir(path: str) -> str:
     return path
 
 
+def _match(args: argparse.Namespace) -> str | None:
+    """``--match``, checked: it or pids, not both, not neither."""
+    if args.match is None:
+        if not args.pid:
+            raise UsageError("watch needs a PID or --match PATTERN",
+                             "e.g. infertop watch 4242 --out inc, or --match '*serve.py*'")  # fmt: skip
+        return None
+    if args.pid:
+        raise UsageError("give pids or --match, not both")
+    text = args.match.strip()
+    if not text or text in ("*", "//"):
+        raise UsageError(f"--match {args.match!r} would match every process",
+                         "match the service's command line, e.g. --match '*serve.py*'")  # fmt: skip
+    if len(text) >= 2 and text.startswith("/") and text.endswith("/"):
+        import re
+
+        try:
+            re.compile(text[1:-1])
+        except re.error as exc:
+            raise UsageError(f"--match {text}: not a regular expression ({exc})") from None
+    return text
+
+
 def run(args: argparse.Namespace) -> int:
     # imported here: the collectors, the ring and the writer load only when watch runs
     from infertop.commands.wiring import CollectOptions, build_collectors
+    from infertop.model.events import TargetInfo
     from infertop.watch.loop import Watch, WatchOptions
 
     # a kill -USR1 that comes while watch starts (pid checks, the collectors) must not end it
@@ -167,10 +200,14 @@ def run(args: argparse.Namespace) -> int:
         as_json=args.json,
     )
     push = push_options(args)
-    target, others = targets(args.pid)
+    match = _match(args)
+    if match is not None:
+        target, others = TargetInfo(None, f"--match {match}", started=time.time()), []
+    else:
+        target, others = targets(args.pid)
     collect = CollectOptions.from_args(args)
     cfg = collect.load_config()
-    collectors, statuses = build_collectors(target, collect, cfg, others)
+    collectors, statuses = build_collectors(target, collect, cfg, others, match)
     return Watch(target, cfg, opts, collectors, statuses, push=push).run()
 
 

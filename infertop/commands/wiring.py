@@ -19,6 +19,7 @@ from infertop.errors import EXIT_OK, UsageError
 from infertop.model.events import CollectorStatus, TargetInfo
 
 if TYPE_CHECKING:
+    from infertop.collect.agent_client import AgentConfig
     from infertop.config import Config
 
 
@@ -59,10 +60,16 @@ class CollectOptions:
 
 
 def build_collectors(
-    target: TargetInfo, opts: CollectOptions, cfg: Config, others: Sequence[int] = ()
+    target: TargetInfo,
+    opts: CollectOptions,
+    cfg: Config,
+    others: Sequence[int] = (),
+    match: str | None = None,
 ) -> tuple[list[Collector], list[CollectorStatus]]:
     """py-spy and NVML, plus the agent (injected in the background) unless --no-inject; and the
-    statuses to show for what does not run. ``others``: more target pids (attach PID PID...)."""
+    statuses to show for what does not run. ``others``: more target pids (attach PID PID...);
+    ``match``: every process whose command line matches, now and later (watch --match), instead
+    of pids."""
     # imported here: a command that fails its checks first (no terminal, a bad pid) exits
     # without loading the collectors
     from infertop.collect.agent_attach import AgentAttach
@@ -72,6 +79,8 @@ def build_collectors(
 
     children = opts.children
     rate, window_s = cfg.collect.rate_hz, cfg.collect.window_s
+    if match is not None:
+        return _matched_collectors(match, opts, cfg)
     collectors: list[Collector] = [
         ManyTargets([target.pid, *others], rate, window_s, children, cfg.collect.cpu_every)
         if others
@@ -85,6 +94,42 @@ def build_collectors(
     if not opts.inject:
         statuses.append(CollectorStatus(time.time(), "agent", "unavailable", "off (--no-inject)"))
         return collectors, statuses
+    agent = agent_config(opts, cfg)
+    collectors.append(AgentAttach(target.pid, agent, target))
+    if children or others:
+        # imported here: only sessions of several processes need it
+        from infertop.collect.child_agents import ChildAgents
+
+        roots = [target.pid, *others]
+        collectors.append(ChildAgents(roots, agent, extra_targets=list(others), children=children))
+    return collectors, statuses
+
+
+def _matched_collectors(
+    match: str, opts: CollectOptions, cfg: Config
+) -> tuple[list[Collector], list[CollectorStatus]]:
+    """``watch --match``: one sampler per matching process, the agents and NVML following the
+    same list of pids as it changes."""
+    from infertop.collect.child_agents import ChildAgents
+    from infertop.collect.matched import MatchedTargets, Pattern
+    from infertop.collect.nvml import NvmlCollector
+
+    matched = MatchedTargets(Pattern(match), cfg.collect.rate_hz, cfg.collect.window_s,
+                             opts.children, cfg.collect.cpu_every)  # fmt: skip
+    nvml = NvmlCollector(None, children=opts.children)
+    nvml.follow(matched.pids)
+    collectors: list[Collector] = [matched, nvml]
+    if not opts.inject:
+        status = CollectorStatus(time.time(), "agent", "unavailable", "off (--no-inject)")
+        return collectors, [status]
+    agents = ChildAgents([], agent_config(opts, cfg), children=opts.children)
+    agents.follow(matched.pids)
+    collectors.append(agents)
+    return collectors, []
+
+
+def agent_config(opts: CollectOptions, cfg: Config) -> AgentConfig:
+    """The agent's settings: the defaults, the stage rules' functions, the flags (checked)."""
     agent = replace(agent_defaults(), stage_functions=tuple(cfg.stage_rules))
     window, period = opts.profile_window, opts.profile_period
     if window is not None:
@@ -99,16 +144,11 @@ def build_collectors(
         agent = replace(agent, record_shapes=True)
     if opts.call_samples is not None:
         if not 0 <= opts.call_samples <= 1000:
-            raise UsageError(f"--call-samples {opts.call_samples:g} is out of range", "use 0..1000 Hz")
+            raise UsageError(
+                f"--call-samples {opts.call_samples:g} is out of range", "use 0..1000 Hz"
+            )
         agent = replace(agent, call_sample_hz=opts.call_samples)
-    collectors.append(AgentAttach(target.pid, agent, target))
-    if children or others:
-        # imported here: only sessions of several processes need it
-        from infertop.collect.child_agents import ChildAgents
-
-        roots = [target.pid, *others]
-        collectors.append(ChildAgents(roots, agent, extra_targets=list(others), children=children))
-    return collectors, statuses
+    return agent
 
 
 def live(

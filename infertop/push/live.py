@@ -75,7 +75,10 @@ class LivePush:
         self.session = src.session
         self.opts = opts
         self.host = socket.gethostname()
-        self.service = opts.service or service_name(self.session.target.cmdline)
+        #: one service for a target and its children; None (``watch --match``): each process's
+        self.service = opts.service or (
+            service_name(self.session.target.cmdline) if self.session.target.pid else None
+        )
         if sender is None:
             spool = None
             if opts.spool_dir:
@@ -118,6 +121,10 @@ class LivePush:
             span = self._spans[pid]
             span[0], span[1] = min(span[0], w.t_start), max(span[1], w.t_end)
 
+    def _service_of(self, pid: int) -> str:
+        proc = self.session.processes.get(pid)
+        return service_name(proc.cmdline if proc is not None else None)
+
     def _thread_of(self, tid: int) -> str:
         """The thread's name alone (not its tid, as the export has it): a backend that makes
         series of sample labels gets as many as the service has thread names, not threads."""
@@ -140,9 +147,8 @@ class LivePush:
             t0, t1 = self._spans[pid]
             comment = f"infertop {__version__}: CPU samples of pid {pid}, {prof.windows} windows"
             body = prof.encode(t0, t1, [comment])
-            series.append(
-                Series(series_labels(self.service, self.host, pid, self.opts.labels), body)
-            )
+            service = self.service or self._service_of(pid)
+            series.append(Series(series_labels(service, self.host, pid, self.opts.labels), body))
         self._profiles, self._spans = {}, {}
         if series:
             self.sender.submit(encode(self.opts.endpoint.kind, series))

@@ -176,7 +176,8 @@ class Watch:
 
     def _doc(self, elapsed: float) -> dict[str, object]:
         """The status for ``--json``."""
-        doc: dict[str, object] = {"pid": self.target.pid, "elapsed_s": round(elapsed, 1),
+        doc: dict[str, object] = {"pid": self.target.pid, "watching": self._what(),
+                                  "elapsed_s": round(elapsed, 1),
                                   "incidents": list(self.written), "out": self.opts.out_dir}  # fmt: skip
         if self.incident is not None:
             doc["writing"] = self.incident.path
@@ -186,7 +187,7 @@ class Watch:
 
     def _status(self, elapsed: float, now: float) -> str:
         o = self.opts
-        parts = [f"watching pid {self.target.pid}: {elapsed:.0f} s"]
+        parts = [f"watching {self._what()}: {elapsed:.0f} s"]
         if o.duration:
             parts[0] += f"/{o.duration:g}"
         if self.incident is not None:
@@ -200,6 +201,13 @@ class Watch:
         if self.push is not None:
             parts.append(self.push.status())
         return ", ".join(parts) + f" → {o.out_dir}"
+
+    def _what(self) -> str:
+        """``pid N``, or with ``--match`` what the sampler says it found."""
+        if self.target.pid is not None:
+            return f"pid {self.target.pid}"
+        spy = self.src.session.statuses.get("py-spy")
+        return spy.message if spy is not None and spy.message else str(self.target.cmdline)
 
     def _trigger_state(self, now: float) -> str:
         t = self.triggers
@@ -302,7 +310,7 @@ class Watch:
             self._say({"end": reason, **self._doc(elapsed)})
             return EXIT_OK
         print(
-            f"watched pid {self.target.pid} for {elapsed:.0f} s: {n} incident"
+            f"watched {self._what()} for {elapsed:.0f} s: {n} incident"
             + ("" if n == 1 else "s") + f" in {o.out_dir} ({reason})",
             file=self.err, flush=True,
         )  # fmt: skip

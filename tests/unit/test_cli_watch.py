@@ -75,3 +75,17 @@ def test_out_is_created_then_the_pid_is_checked(tmp_path) -> None:
     p = run_cli("watch", "999999", "--out", str(out))
     assert p.returncode == 3 and "no process with pid 999999" in p.stderr
     assert out.is_dir() and list(out.iterdir()) == []  # the write probe is gone
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        ([], "watch needs a PID or --match PATTERN"),
+        (["1", "--match", "*serve.py*"], "give pids or --match, not both"),
+        (["--match", "*"], "would match every process"),
+        (["--match", "/(/"], "not a regular expression"),
+    ],
+)
+def test_match_or_pids_one_usage_error_each(tmp_path, args: list[str], says: str) -> None:
+    p = run_cli("watch", *args, "--out", str(tmp_path))
+    assert p.returncode == 2 and says in p.stderr and "Traceback" not in p.stderr, p.stderr
