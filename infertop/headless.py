@@ -6,7 +6,6 @@ import json
 import sys
 import time
 from collections.abc import Sequence
-from typing import TextIO
 
 from infertop.collect.base import Collector
 from infertop.config import Config
@@ -111,9 +110,9 @@ def record_headless(
     return EXIT_OK
 
 
-def say(what: str | dict, as_json: bool, key: str = "message", err: TextIO | None = None) -> None:
+def say(what: str | dict, as_json: bool, key: str = "message") -> None:
     """One line on stderr: ``what`` as it is, or with ``--json`` as a JSON object (a text is
     ``{key: text}``)."""
     if as_json:
         what = json.dumps(what if isinstance(what, dict) else {key: what.strip()})
-    print(what, file=err or sys.stderr, flush=True)
+    print(what, file=sys.stderr, flush=True)

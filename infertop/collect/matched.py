@@ -157,6 +157,7 @@ class MatchedTargets:
         if spy is not None:
             spy.stop()
         self._statuses.pop(pid, None)
+        self.cmdlines.pop(pid, None)
         if pid in self.pids:
             self.pids.remove(pid)
         self.exited += 1

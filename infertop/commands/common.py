@@ -50,6 +50,15 @@ def add_record_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--record", metavar="FILE", help="also record the session to FILE")
 
 
+def add_json_flag(p: argparse.ArgumentParser) -> None:
+    """``--json`` of the headless commands (record, watch)."""
+    p.add_argument(
+        "--json", action="store_true",
+        help="progress, warnings and the end as JSON lines on stderr (for a supervisor or a "
+        "log pipeline), the push's counts in them",
+    )  # fmt: skip
+
+
 def add_collect_flags(p: argparse.ArgumentParser, defaults: AgentConfig | None) -> None:
     """The flags of the commands that collect. ``defaults``: the agent's AgentConfig, or None
     when this command's help is not shown."""

@@ -6,7 +6,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from infertop.commands.base import Command
-from infertop.commands.common import add_collect_flags, targets
+from infertop.commands.common import add_collect_flags, add_json_flag, targets
 from infertop.commands.push_flags import add_push_flags, push_options
 from infertop.errors import UsageError
 
@@ -20,11 +20,7 @@ def add_arguments(p: argparse.ArgumentParser, agent: AgentConfig | None) -> None
     p.add_argument(
         "--duration", type=float, metavar="S", help="stop after S seconds (default: until Ctrl-C)"
     )
-    p.add_argument(
-        "--json", action="store_true",
-        help="progress, warnings and the end as JSON lines on stderr (for a supervisor or a "
-        "log pipeline), the push's counts in them",
-    )  # fmt: skip
+    add_json_flag(p)
     add_collect_flags(p, agent)
     add_push_flags(p)
 

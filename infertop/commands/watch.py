@@ -9,7 +9,7 @@ import time
 from typing import TYPE_CHECKING
 
 from infertop.commands.base import Command
-from infertop.commands.common import add_collect_flags, targets
+from infertop.commands.common import add_collect_flags, add_json_flag, targets
 from infertop.commands.push_flags import add_push_flags, push_options
 from infertop.errors import UsageError
 
@@ -101,11 +101,7 @@ def add_arguments(p: argparse.ArgumentParser, agent: AgentConfig | None) -> None
     p.add_argument(
         "--duration", type=float, metavar="S", help="stop after S seconds (default: until Ctrl-C)"
     )
-    p.add_argument(
-        "--json", action="store_true",
-        help="progress, warnings and the end as JSON lines on stderr (for a supervisor or a "
-        "log pipeline), the push's counts in them",
-    )  # fmt: skip
+    add_json_flag(p)
     add_collect_flags(p, agent)
     add_push_flags(p)
 
@@ -159,13 +155,14 @@ def _match(args: argparse.Namespace) -> str | None:
     if not text or text in ("*", "//"):
         raise UsageError(f"--match {args.match!r} would match every process",
                          "match the service's command line, e.g. --match '*serve.py*'")  # fmt: skip
-    if len(text) >= 2 and text.startswith("/") and text.endswith("/"):
-        import re
+    import re
 
-        try:
-            re.compile(text[1:-1])
-        except re.error as exc:
-            raise UsageError(f"--match {text}: not a regular expression ({exc})") from None
+    from infertop.collect.matched import Pattern  # here: the collectors load only when watch runs
+
+    try:
+        Pattern(text)
+    except re.error as exc:
+        raise UsageError(f"--match {text}: not a regular expression ({exc})") from None
     return text
 
 

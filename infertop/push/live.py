@@ -91,7 +91,6 @@ class LivePush:
         self._spans: dict[int, list[float]] = {}
         self._failing: str | None = None  # what the last warnings() saw
         self.intervals = 0  # requests made
-        self.samples = 0  # samples in them
         self._next_cut = time.monotonic() + opts.interval_s
         src.listeners.append(self._batch)
 
@@ -114,7 +113,7 @@ class LivePush:
                 cmd = proc.cmdline if proc is not None else s.target.cmdline
                 prof = self._profiles[pid] = CpuProfile(w.rate_hz, program_name(cmd))
                 self._spans[pid] = [w.t_start, w.t_end]
-            self.samples += prof.add_window(
+            prof.add_window(
                 w, s.symbols.frames, s.symbols.stacks, s.classifier.stage_of, self._thread_of,
                 None, tids if len(by_pid) > 1 else None,
             )  # fmt: skip
