@@ -51,8 +51,7 @@ def snapshot_input(snap: Snapshot) -> FindingInput:
             gaps=(),
             memcpy=tuple(g.memcpy),
             sync_events=0,
-            sync_us=0.0,
-            sync_calls={},
+            syncs=tuple(g.syncs),
             launch_delay_us=None,
         )
     memory = session_memory(snap)

@@ -8,7 +8,7 @@ import numpy as np
 
 from infertop.analysis.findings import FindingInput
 from infertop.analysis.trace_ops import enclosing_ops, op_table, time_outside_ops
-from infertop.trace.gpu import SYNC_RUNTIME, GpuSummary, memcpy_kind, summarize_gpu
+from infertop.trace.gpu import GpuSummary, blocking_calls, memcpy_kind, summarize_gpu
 from infertop.trace.table import CAT, KinetoTrace, distinct
 
 
@@ -24,8 +24,7 @@ def _host_syncs(trace: KinetoTrace) -> tuple[dict[str, tuple[int, float]], tuple
     """Blocking runtime calls made from inside a torch op (user code), and their call sites.
 
     A synchronize outside every op is the profiler's own (at a step boundary or at stop)."""
-    ids = [i for i, n in enumerate(trace.names) if n in SYNC_RUNTIME and n != "cudaStreamWaitEvent"]
-    rt = trace.of("cuda_runtime") & np.isin(trace.name, ids)
+    rt = blocking_calls(trace)
     calls: dict[str, list[float]] = {}
     sites: Counter[str] = Counter()
     for i, op in zip(np.flatnonzero(rt), enclosing_ops(trace, rt)):

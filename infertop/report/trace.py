@@ -54,6 +54,11 @@ def _one(
             ],  # fmt: skip
             "memory": None,
             "sync_events": gpu.sync_events,
+            # the same rows as a recording's gpu.syncs: blocking calls and sync events by name
+            "syncs": [
+                {"name": y.name, "count": y.count, "total_us": round(y.total_us, 3)}
+                for y in gpu.syncs
+            ],
             "launch_delay_us": None
             if gpu.launch_delay_us is None
             else {"p50": round(gpu.launch_delay_us[0], 1), "p95": round(gpu.launch_delay_us[1], 1)},

@@ -12,16 +12,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from infertop.agent.payload.events import is_blocking_call
 from infertop.agent.payload.events import memcpy_kind as agent_memcpy_kind
+from infertop.model.events import SyncStat
 from infertop.model.rows import MemcpyRow
 from infertop.trace.table import CAT, GPU_CATS, KinetoTrace, distinct
-
-SYNC_RUNTIME = (
-    "cudaDeviceSynchronize",
-    "cudaStreamSynchronize",
-    "cudaEventSynchronize",
-    "cudaStreamWaitEvent",
-)
 
 
 @dataclass(frozen=True)
@@ -39,8 +34,10 @@ class GpuSummary:
     gaps: tuple[Gap, ...]  # idle gaps over the threshold, longest first
     memcpy: tuple[MemcpyRow, ...]
     sync_events: int  # cuda_sync events (Kineto's own sync category)
-    sync_us: float
-    sync_calls: dict[str, tuple[int, float]]  # blocking runtime calls: name -> (count, µs)
+    #: device syncs by name, most time first: the blocking runtime and driver calls and the
+    #: cuda_sync events, as the agent counts them (``is_blocking_call``), so a trace's report
+    #: and its import's report have the same rows
+    syncs: tuple[SyncStat, ...]
     launch_delay_us: tuple[float, float] | None  # (median, p95) kernel start − launch start
 
     @property
@@ -152,17 +149,28 @@ def launch_delays(trace: KinetoTrace) -> np.ndarray:
     return k_ts[hit] - rt_ts[pos[hit]]
 
 
+def blocking_calls(trace: KinetoTrace) -> np.ndarray:
+    """The mask of the runtime and driver calls that block the host until the device catches
+    up (the agent's ``is_blocking_call``)."""
+    ids = [i for i, n in enumerate(trace.names) if is_blocking_call(n)]
+    return trace.of("cuda_runtime", "cuda_driver") & np.isin(trace.name, ids)
+
+
+def sync_table(trace: KinetoTrace) -> tuple[SyncStat, ...]:
+    """Device syncs by name: blocking calls and cuda_sync events, (count, µs), most time first."""
+    mask = blocking_calls(trace) | (trace.cat == CAT["cuda_sync"])
+    acc: dict[str, list[float]] = {}
+    for nid, dur in zip(trace.name[mask].tolist(), trace.dur[mask].tolist()):
+        a = acc.setdefault(trace.names[nid], [0, 0.0])
+        a[0] += 1
+        a[1] += dur
+    rows = (SyncStat(n, int(c), float(t)) for n, (c, t) in acc.items())
+    return tuple(sorted(rows, key=lambda y: (-y.total_us, y.name)))
+
+
 def summarize_gpu(trace: KinetoTrace, min_gap_us: float = 100_000.0) -> GpuSummary:
     busy, span, gaps = busy_and_gaps(trace, min_gap_us) if trace.has_gpu else (0.0, 0.0, [])
     sync = trace.cat == CAT["cuda_sync"]
-    rt = trace.of("cuda_runtime")
-    calls: dict[str, tuple[int, float]] = {}
-    for name in SYNC_RUNTIME:
-        nid = trace.names.index(name) if name in trace.names else -1
-        if nid >= 0:
-            m = rt & (trace.name == nid)
-            if m.any():
-                calls[name] = (int(m.sum()), float(trace.dur[m].sum()))
     delays = launch_delays(trace)
     return GpuSummary(
         kernel_time_us=kernel_time_by_kind(trace),
@@ -171,8 +179,7 @@ def summarize_gpu(trace: KinetoTrace, min_gap_us: float = 100_000.0) -> GpuSumma
         gaps=tuple(gaps),
         memcpy=tuple(memcpy_table(trace)),
         sync_events=int(sync.sum()),
-        sync_us=float(trace.dur[sync].sum()),
-        sync_calls=calls,
+        syncs=sync_table(trace),
         launch_delay_us=(quantile(delays, 0.5), quantile(delays, 0.95))
         if len(delays)
         else None,

@@ -64,7 +64,7 @@ def test_every_spec_rule_is_registered() -> None:
 # -- each rule at and around its threshold, on small synthetic evidence ----------------------
 def gpu(busy: float = 0.9, memcpy=(), gaps=()) -> GpuSummary:
     return GpuSummary({"compute": 1.0, "memory": 0.0, "communication": 0.0}, busy * 1e6, 1e6,
-                      tuple(gaps), tuple(memcpy), 0, 0.0, {}, None)  # fmt: skip
+                      tuple(gaps), tuple(memcpy), 0, (), None)  # fmt: skip
 
 
 def fires(rule: str, inp: FindingInput, th: FindingThresholds = TH) -> bool:
