@@ -45,10 +45,10 @@ from infertop.model.events import (
 from infertop.model.rows import OpRow
 
 if TYPE_CHECKING:
-    from infertop.analysis.findings import Finding
     from infertop.analysis.flame_diff import BaseShares
     from infertop.analysis.processes.table import ProcessRow
     from infertop.analysis.tail_view import TailView
+    from infertop.model.findings import Finding
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ class Snapshot:
     op_truncated: int = 0  # windows cut short (max_events reached)
     op_time: OpTime | None = None  # the op thread's time in and between ops, summed
     nvml: GpuView | None = None  # NVML readings up to t; None: none (the nvml status says why)
-    findings: tuple[Finding, ...] = ()  # ranked; filled in by live_findings.with_findings
+    findings: tuple[Finding, ...] = ()  # ranked; filled in by findings.live.with_findings
     #: --children: (pid, role) of every process followed; ``process`` is the one the samples
     #: are of (None: all merged)
     processes: tuple[tuple[int, str], ...] = ()

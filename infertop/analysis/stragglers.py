@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from statistics import median
 from typing import TYPE_CHECKING
 
-from infertop.analysis.findings import Finding
 from infertop.config import FindingThresholds
+from infertop.model.findings import Finding
 
 if TYPE_CHECKING:
     from infertop.analysis.session import Session

@@ -124,7 +124,7 @@ def _from_trace(path: str, cfg: Config) -> Profile:
     import os
 
     from infertop.analysis.findings import evaluate
-    from infertop.analysis.trace_findings import trace_input
+    from infertop.analysis.findings.trace import trace_input
     from infertop.analysis.trace_ops import op_table
     from infertop.errors import UsageError
     from infertop.trace.gpu import summarize_gpu

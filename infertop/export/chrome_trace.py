@@ -18,7 +18,7 @@ import numpy as np
 
 from infertop import __version__
 from infertop.analysis.findings import evaluate
-from infertop.analysis.trace_findings import trace_input
+from infertop.analysis.findings.trace import trace_input
 from infertop.config import FindingThresholds
 from infertop.export.chrome_counters import finding_event
 from infertop.export.jsonout import TraceEventWriter

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from infertop.analysis.findings import Finding, evaluate
+from infertop.analysis.findings.session import snapshot_input
 from infertop.analysis.session import Session
-from infertop.analysis.session_findings import snapshot_input
 from infertop.analysis.snapshot import build_snapshot
 from infertop.analysis.stages import StageClassifier
 from infertop.config import FindingThresholds

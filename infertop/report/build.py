@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from infertop.analysis.findings import evaluate
+from infertop.analysis.findings.session import snapshot_input
 from infertop.analysis.gpu_series import memory_summary, utilization_summary
-from infertop.analysis.session_findings import snapshot_input
 from infertop.analysis.snapshot import Snapshot
 from infertop.analysis.stages import IDLE
 from infertop.config import FindingThresholds

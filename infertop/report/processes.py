@@ -9,11 +9,11 @@ from dataclasses import replace
 from typing import Any
 
 from infertop.analysis.findings import evaluate, severity_rank
+from infertop.analysis.findings.session import snapshot_input
 from infertop.analysis.processes.ops import process_ops
 from infertop.analysis.processes.roles import host_of, rank_of
 from infertop.analysis.processes.shares import process_shares
 from infertop.analysis.session import Session
-from infertop.analysis.session_findings import snapshot_input
 from infertop.analysis.snapshot import build_snapshot
 from infertop.analysis.stragglers import comparison, straggler_findings
 from infertop.config import FindingThresholds

@@ -13,7 +13,7 @@ import os
 from typing import Any
 
 from infertop.analysis.findings import evaluate
-from infertop.analysis.trace_findings import trace_input
+from infertop.analysis.findings.trace import trace_input
 from infertop.config import Config, FindingThresholds
 from infertop.report.schema import REPORT_VERSION, TOP_OPS
 from infertop.trace.files import trace_files

@@ -18,8 +18,8 @@ from typing import Any
 from textual.message import Message
 
 from infertop.analysis.base_profile import BaseProfile
+from infertop.analysis.findings.live import StragglerCheck, with_findings
 from infertop.analysis.fold import FlameShape
-from infertop.analysis.live_findings import StragglerCheck, with_findings
 from infertop.analysis.processes.table import process_rows
 from infertop.analysis.snapshot import ReplayState, Snapshot, SnapshotCaches, build_snapshot
 from infertop.analysis.tail_view import tail_view

@@ -18,8 +18,8 @@ from tests.tui.tui_data import MAIN_TID, TARGET, make_window
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tui"))
 from gpu_data import gpu_readings
 
+from infertop.analysis.findings.live import with_findings
 from infertop.analysis.gpu_series import nvml_busy
-from infertop.analysis.live_findings import with_findings
 
 T0 = TARGET.started
 

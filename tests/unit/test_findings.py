@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from infertop.analysis.findings import RULES, FindingInput, MemoryState, evaluate
+from infertop.analysis.findings.trace import trace_input
 from infertop.analysis.pauses import GcSummary, LoopLagSummary, PauseLine
-from infertop.analysis.trace_findings import trace_input
 from infertop.analysis.trace_ops import OutsideOps
 from infertop.config import FindingThresholds
 from infertop.model.rows import MemcpyRow, OpRow

@@ -7,7 +7,7 @@ import msgpack
 import pytest
 
 from infertop.agent import payload as PL
-from infertop.analysis.live_findings import with_findings
+from infertop.analysis.findings.live import with_findings
 from infertop.analysis.session import Session
 from infertop.analysis.snapshot import build_snapshot
 from infertop.analysis.trace_ops import OP_GAP_US

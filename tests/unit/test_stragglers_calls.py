@@ -8,7 +8,7 @@ import json
 import random
 from pathlib import Path
 
-from infertop.analysis.live_findings import StragglerCheck
+from infertop.analysis.findings.live import StragglerCheck
 from infertop.config import Config
 from infertop.model.events import (
     Frame,

@@ -1,6 +1,6 @@
 """The findings view (key i): ranked bottlenecks, live, with their evidence and fix.
 
-Findings are computed by the ingest worker on every snapshot (``analysis/live_findings.py``);
+Findings are computed by the ingest worker on every snapshot (``analysis/findings/live.py``);
 this screen only shows ``Snapshot.findings``. Enter on a finding closes the view and jumps to
 where it happens: its Python frame in the flame, or its op / kernel / copy in the ops table.
 """
@@ -19,9 +19,9 @@ from textual.screen import ModalScreen
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
-from infertop.analysis.findings import Finding
 from infertop.analysis.snapshot import Snapshot
 from infertop.model.events import Frame
+from infertop.model.findings import Finding
 
 SEVERITY_STYLE = {"high": "bold #ff5f5f", "medium": "bold #ffaf5f", "low": "#d7d75f"}
 

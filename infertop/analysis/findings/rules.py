@@ -1,4 +1,4 @@
-"""Bottleneck findings: a registry of rules, each a pure function from evidence to a Finding.
+"""The rules: a registry, each a pure function from evidence (``FindingInput``) to a Finding.
 
 Rules read a ``FindingInput`` (built from a Kineto trace today, from a live session's samples,
 op windows and GPU readings as those land) and the thresholds in ``config.FindingThresholds``.
@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from infertop.agent.payload.events import SYNC_OPS
 from infertop.analysis.trace_ops import OutsideOps
 from infertop.config import FindingThresholds
+from infertop.model.findings import SEVERITY_ORDER, Finding
 from infertop.model.rows import OpRow
 from infertop.trace.gpu import GpuSummary, quantile
 
@@ -22,33 +24,9 @@ if TYPE_CHECKING:  # types only: a trace report need not load the NVML series mo
     from infertop.analysis.gpu_series import NvmlBusy
     from infertop.analysis.pauses import GcSummary, LoopLagSummary
 
-COPY_OPS = ("aten::copy_", "aten::to", "aten::_to_copy", "aten::contiguous", "aten::clone")
-SYNC_OPS = ("aten::item", "aten::_local_scalar_dense")
-SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2}
-
-
-@dataclass(frozen=True)
-class Finding:
-    rule: str
-    severity: str  # high | medium | low
-    title: str
-    evidence: dict[str, Any]
-    where: tuple[str, ...]
-    hint: str
-    #: the process it is about (a rank, a process of a merged recording); None: the whole
-    #: session (every process merged, as for a recording of one process)
-    pid: int | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "rule": self.rule,
-            "severity": self.severity,
-            "title": self.title,
-            "evidence": self.evidence,
-            "where": list(self.where),
-            "hint": self.hint,
-            "pid": self.pid,
-        }
+#: the ops whose self time ``copy-heavy`` counts: data copies (the agent's wider ``COPY_OPS``,
+#: which also holds syncs and ``nonzero``, is what it keeps copies and syncs under)
+COPYING_OPS = ("aten::copy_", "aten::to", "aten::_to_copy", "aten::contiguous", "aten::clone")
 
 
 @dataclass(frozen=True)
@@ -190,7 +168,7 @@ def memcpy_small(inp: FindingInput, th: FindingThresholds) -> Finding | None:
 
 @rule("copy-heavy")
 def copy_heavy(inp: FindingInput, th: FindingThresholds) -> Finding | None:
-    copies = _ops(inp, COPY_OPS)
+    copies = _ops(inp, COPYING_OPS)
     copy_us = sum(o.self_us for o in copies)
     forward_us = inp.outside_ops.in_ops_us if inp.outside_ops else 0.0
     cpu_share = copy_us / forward_us if forward_us else 0.0

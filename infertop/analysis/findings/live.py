@@ -10,13 +10,14 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 
-from infertop.analysis.findings import Finding, evaluate, ranked
+from infertop.analysis.findings.rules import evaluate, ranked
+from infertop.analysis.findings.session import snapshot_input
 from infertop.analysis.processes.shares import roles
 from infertop.analysis.session import Session
-from infertop.analysis.session_findings import snapshot_input
 from infertop.analysis.snapshot import Snapshot
 from infertop.analysis.stragglers import comparison, straggler_findings
 from infertop.config import FindingThresholds
+from infertop.model.findings import Finding
 
 
 def with_findings(

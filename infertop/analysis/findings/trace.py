@@ -6,7 +6,7 @@ from collections import Counter
 
 import numpy as np
 
-from infertop.analysis.findings import FindingInput
+from infertop.analysis.findings.rules import FindingInput
 from infertop.analysis.trace_ops import enclosing_ops, op_table, time_outside_ops
 from infertop.trace.gpu import GpuSummary, blocking_calls, memcpy_kind, summarize_gpu
 from infertop.trace.table import CAT, KinetoTrace, distinct

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from infertop.analysis.findings import FindingInput, MemoryState
+from infertop.analysis.findings.rules import FindingInput, MemoryState
 from infertop.analysis.gpu_series import NvmlBusy, memory_summary, nvml_busy
 from infertop.analysis.snapshot import Snapshot
 from infertop.analysis.stages import IDLE
