@@ -3,11 +3,7 @@
 
 __all__ = [
     "chrome",
-    "chrome_counters",
-    "chrome_trace",
-    "chunk_findings",
     "formats",
-    "gpu_groups",
     "jsonout",
     "kineto",
     "lanes",
@@ -15,7 +11,6 @@ __all__ = [
     "pprof",
     "prelude",
     "run",
-    "samples",
     "speedscope",
     "speedscope_trace",
 ]

@@ -32,10 +32,10 @@ def export(path: str, fmt: str, out: str, config: Config | None = None) -> Expor
         )
     if fmt == "chrome":
         if trace:
-            from infertop.export.chrome_trace import export_chrome_trace
+            from infertop.export.chrome.trace import export_chrome_trace
 
             return export_chrome_trace(path, out, (config or Config()).findings)
-        from infertop.export.chrome import export_chrome_recording
+        from infertop.export.chrome.recording import export_chrome_recording
 
         return export_chrome_recording(path, out, config)
     if fmt == "speedscope":

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from infertop.analysis.stages import StageClassifier
-from infertop.export.chunk_findings import ChunkFindings
+from infertop.export.chrome.chunk_findings import ChunkFindings
 from infertop.export.jsonout import us
 from infertop.model.events import AllocatorReading, OpWindow, SampleWindow
 from infertop.model.gpu import GpuReading

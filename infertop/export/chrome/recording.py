@@ -30,15 +30,15 @@ from typing import Any
 from infertop import __version__
 from infertop.analysis.stages import StageClassifier
 from infertop.config import Config
-from infertop.export import chrome_counters as counters
-from infertop.export.chunk_findings import FindingsByChunk
-from infertop.export.gpu_groups import GpuGroups
+from infertop.export.chrome import counters
+from infertop.export.chrome.chunk_findings import FindingsByChunk
+from infertop.export.chrome.gpu_groups import GpuGroups
+from infertop.export.chrome.pauses import PauseEvents
+from infertop.export.chrome.samples import SampleTimeline
 from infertop.export.jsonout import TraceEventWriter, us
 from infertop.export.lanes import EndOrderedLanes, StartOrderedLanes
 from infertop.export.oplayout import OpLayout
-from infertop.export.pauses import PauseEvents
 from infertop.export.prelude import ExportResult, scan_recording
-from infertop.export.samples import SampleTimeline
 from infertop.model.events import (
     AllocatorReading,
     CollectorStatus,

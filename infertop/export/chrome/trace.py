@@ -20,7 +20,7 @@ from infertop import __version__
 from infertop.analysis.findings import evaluate
 from infertop.analysis.findings.trace import trace_input
 from infertop.config import FindingThresholds
-from infertop.export.chrome_counters import finding_event
+from infertop.export.chrome.counters import finding_event
 from infertop.export.jsonout import TraceEventWriter
 from infertop.export.lanes import StartOrderedLanes
 from infertop.export.prelude import ExportResult, read_trace_to_export
