@@ -13,6 +13,7 @@ import queue
 import threading
 import time
 
+from infertop.agent import protocol
 from infertop.collect.agent_client import AgentCollector, AgentConfig
 from infertop.collect.base import drain
 from infertop.model.events import CollectorStatus, Event, TargetInfo
@@ -20,8 +21,6 @@ from infertop.model.events import CollectorStatus, Event, TargetInfo
 
 def _detach(path: str) -> None:
     """Send ``detach`` to an agent we will not use (it also leaves by itself when idle)."""
-    from infertop.agent import protocol
-
     try:
         sock = protocol.connect(path, timeout=1.0)
     except OSError:

@@ -12,13 +12,24 @@
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from infertop.analysis.findings import evaluate
+from infertop.analysis.findings.trace import trace_input
 from infertop.analysis.flame import FlameNode
+from infertop.analysis.trace_ops import op_table
+from infertop.compare.pprof_profile import summarize_pprof
 from infertop.config import Config
+from infertop.errors import UsageError
+from infertop.record.reader import read_recording
+from infertop.report.recording import recording_report
+from infertop.trace.files import is_trace_path
+from infertop.trace.gpu import summarize_gpu
+from infertop.trace.table import CAT, GPU_CATS, read_trace
 
 #: files ``diff`` reads as pprof profiles (``export --format pprof``, or a backend's)
 PPROF_SUFFIXES = (".pb.gz", ".pb", ".pprof")
@@ -53,8 +64,6 @@ class Profile:
 
 
 def load_profile(path: str, config: Config | None = None) -> Profile:
-    from infertop.trace.files import is_trace_path
-
     cfg = config or Config()
     if is_trace_path(path):
         return _from_trace(path, cfg)
@@ -64,9 +73,6 @@ def load_profile(path: str, config: Config | None = None) -> Profile:
 
 
 def _from_recording(path: str, cfg: Config) -> Profile:
-    from infertop.record.reader import read_recording
-    from infertop.report.recording import recording_report
-
     rec = read_recording(path)
     made = recording_report(rec, cfg, path=path, processes=False)
     rep, s, snap = made.report, made.source.session, made.snapshot
@@ -105,8 +111,6 @@ def _from_recording(path: str, cfg: Config) -> Profile:
 
 
 def _from_pprof(path: str) -> Profile:
-    from infertop.compare.pprof_profile import summarize_pprof
-
     got = summarize_pprof(path)
     frames = {f"{name} ({_short(file)}:{line})": v for (name, file, line), v in got.frames.items()}
     prof = Profile("pprof", path, got.seconds, 0, frames=frames, ops=got.ops)
@@ -121,15 +125,6 @@ def _short(path: str) -> str:
 
 
 def _from_trace(path: str, cfg: Config) -> Profile:
-    import os
-
-    from infertop.analysis.findings import evaluate
-    from infertop.analysis.findings.trace import trace_input
-    from infertop.analysis.trace_ops import op_table
-    from infertop.errors import UsageError
-    from infertop.trace.gpu import summarize_gpu
-    from infertop.trace.table import CAT, GPU_CATS, read_trace
-
     if os.path.isdir(path):
         raise UsageError(
             f"{path} is a directory: diff one trace against one trace",

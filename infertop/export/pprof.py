@@ -27,7 +27,10 @@ from infertop.export.prelude import ExportResult, scan_recording
 from infertop.model.events import FrameDef, OpWindow, ProcessDef, SampleWindow, StackDef, ThreadDef
 from infertop.model.pprof_build import NS, CpuProfile, ProfileBuilder, program_name
 from infertop.model.symbols import SymbolTable
+from infertop.record.import_kineto import read_windows
+from infertop.record.reader import read_recording
 from infertop.record.stream import RecordingStream
+from infertop.sources import ReplaySource
 
 
 def export_pprof(
@@ -90,17 +93,12 @@ def export_pprof(
 
 def _roles(path: str, cfg: Config) -> dict[int, str]:
     """pid -> role, as ``report`` names the processes of a many-process recording."""
-    from infertop.record.reader import read_recording
-    from infertop.sources import ReplaySource
-
     src = ReplaySource(read_recording(path), cfg)
     return process_roles(src.session)
 
 
 def export_pprof_ops(path: str, out: str, trace: bool = False) -> ExportResult:
     if trace:
-        from infertop.record.import_kineto import read_windows
-
         _plan, windows = read_windows(path, lambda _msg: None)
         warning = None
         processes: dict[int, ProcessDef] = {}

@@ -67,7 +67,7 @@ def scan_recording(
 def read_trace_to_export(path: str) -> KinetoTrace:
     """A torch.profiler trace whose times fit an export; a span of weeks is refused (exit 5),
     as ``infertop import`` does."""
-    from infertop.trace.table import read_trace
+    from infertop.trace.table import read_trace  # here: a recording's export needs no trace reader
 
     trace = read_trace(path)
     if len(trace):  # Python floats: an absurd span is inf here, not a numpy overflow warning

@@ -30,6 +30,8 @@ def export(path: str, fmt: str, out: str, config: Config | None = None) -> Expor
             f"{path} is a directory: export one trace at a time",
             "infertop export RANK_TRACE.json --format chrome -o OUT.json.gz",
         )
+    # each exporter is imported when its format is asked for: start-up loads one of them
+    # (pprof's protobuf, the trace exporters' numpy columns), not all
     if fmt == "chrome":
         if trace:
             from infertop.export.chrome.trace import export_chrome_trace

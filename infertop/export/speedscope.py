@@ -93,6 +93,7 @@ def export_speedscope(
     path: str, out: str, config: Config | None = None, trace: bool = False
 ) -> ExportResult:
     if trace:
+        # here: a recording's profiles need not load the trace model (numpy columns)
         from infertop.export.speedscope_trace import export_speedscope_trace
 
         return export_speedscope_trace(path, out)

@@ -16,6 +16,7 @@ from infertop.analysis.findings import evaluate
 from infertop.analysis.findings.trace import trace_input
 from infertop.config import Config, FindingThresholds
 from infertop.report.schema import REPORT_VERSION, TOP_OPS
+from infertop.report.text import render_markdown, render_text
 from infertop.trace.files import trace_files
 from infertop.trace.gpu import summarize_gpu
 from infertop.trace.table import KinetoTrace, read_trace
@@ -115,8 +116,6 @@ def build_ranks_report(path: str, config: Config | None = None) -> dict[str, Any
 def render_ranks_text(rep: dict[str, Any], markdown: bool = False) -> str:
     """A directory's report (``build_ranks_report``): the recording's text, then what import
     noted and where each rank's own trace report is."""
-    from infertop.report.text import render_markdown, render_text
-
     body = render_markdown(rep) if markdown else render_text(rep)
     tail = [f"{'- ' if markdown else ''}import: {n}" for n in rep.get("import_notes", [])]
     tail.append(
