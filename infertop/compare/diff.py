@@ -15,6 +15,8 @@ from typing import Any
 
 from infertop.analysis.shares import percentile
 from infertop.compare.profile import Profile
+from infertop.report.records import Finding
+from infertop.report.records import as_json as record_json
 
 SHARE_FLOOR = 0.01  # a stage share must grow by at least one point of active time to regress
 TOP = 10
@@ -56,8 +58,8 @@ class DiffResult:
     ops: list[Mover] = field(default_factory=list)
     kernels: list[Mover] = field(default_factory=list)
     frames: list[Mover] = field(default_factory=list)
-    findings_new: list[dict] = field(default_factory=list)
-    findings_gone: list[dict] = field(default_factory=list)
+    findings_new: list[Finding] = field(default_factory=list)
+    findings_gone: list[Finding] = field(default_factory=list)
     fail_above: float | None = None
     regressions: list[Row] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -203,7 +205,8 @@ def as_json(res: DiffResult) -> dict[str, Any]:
             {"name": m.name, "base_self_share": num(m.base), "new_self_share": num(m.new)}
             for m in res.frames
         ],
-        "findings": {"new": res.findings_new, "gone": res.findings_gone},
+        "findings": {"new": [record_json(f) for f in res.findings_new],
+                     "gone": [record_json(f) for f in res.findings_gone]},
         "fail_above_pct": res.fail_above,
         "regressions": [
             {"what": r.what, "name": r.name, "change_pct": num(r.change_pct, 2)}

@@ -27,6 +27,8 @@ from infertop.config import Config
 from infertop.errors import UsageError
 from infertop.record.reader import read_recording
 from infertop.report.recording import recording_report
+from infertop.report.records import Finding as FindingRecord
+from infertop.report.records import finding_record
 from infertop.trace.files import is_trace_path
 from infertop.trace.gpu import summarize_gpu
 from infertop.trace.table import CAT, GPU_CATS, read_trace
@@ -58,7 +60,7 @@ class Profile:
     ops: dict[str, float] = field(default_factory=dict)  # CPU op -> self µs (whole profile)
     kernels: dict[str, float] = field(default_factory=dict)  # kernel/copy -> µs
     gpu_us: float = 0.0  # device time (kernels, copies, memsets)
-    findings: dict[str, dict] = field(default_factory=dict)  # rule -> finding
+    findings: dict[str, FindingRecord] = field(default_factory=dict)  # rule -> finding
     warning: str | None = None
     flame: FlameNode | None = None  # the Python call tree (plumbing folded); None: a trace
 
@@ -75,7 +77,7 @@ def load_profile(path: str, config: Config | None = None) -> Profile:
 def _from_recording(path: str, cfg: Config) -> Profile:
     rec = read_recording(path)
     made = recording_report(rec, cfg, path=path, processes=False)
-    rep, s, snap = made.report, made.source.session, made.snapshot
+    rep, s, snap = made.record, made.source.session, made.snapshot
     prof = Profile("recording", path, snap.op_seconds, 0, warning=rec.warning, flame=snap.flame)
     for sp in s.spans:
         prof.latencies.setdefault(f"stage {sp.stage}", []).append((sp.t_end - sp.t_start) * 1000)
@@ -89,16 +91,14 @@ def _from_recording(path: str, cfg: Config) -> Profile:
             prof.latencies.setdefault(group_name(a.name), []).append((a.t_end - a.t_start) * 1000)
             if STEP_RE.match(a.name):
                 prof.steps += 1
-    prof.wall = "wall" in rep["sampling"]["views"]
-    prof.stage_shares = {st["name"]: st["share"] for st in rep["stages"] if st["samples"]}
-    prof.cpu_shares = {st["name"]: st["cpu_share"] for st in rep["stages"] if st["cpu_samples"]}
-    if rep["duration_s"] > 0:
-        prof.stage_rates = {
-            st["name"]: st["seconds"] / rep["duration_s"] for st in rep["stages"] if st["samples"]
-        }
-    for f in rep["top_frames"]:
-        label = f"{f['function']} ({_short(f['file'])}:{f['line']})"
-        prof.frames[label] = prof.frames.get(label, 0.0) + f["self_share"]
+    prof.wall = "wall" in rep.sampling.views
+    prof.stage_shares = {st.name: st.share for st in rep.stages if st.samples}
+    prof.cpu_shares = {st.name: st.cpu_share for st in rep.stages if st.cpu_samples}
+    if rep.duration_s > 0:
+        prof.stage_rates = {st.name: st.seconds / rep.duration_s for st in rep.stages if st.samples}
+    for f in rep.top_frames:
+        label = f"{f.function} ({_short(f.file)}:{f.line})"
+        prof.frames[label] = prof.frames.get(label, 0.0) + f.self_share
     for o in snap.ops:
         if o.device == "cpu":
             prof.ops[o.name] = prof.ops.get(o.name, 0.0) + o.self_us
@@ -106,7 +106,7 @@ def _from_recording(path: str, cfg: Config) -> Profile:
         for k in snap.gpu.kernels:
             prof.kernels[k.name] = prof.kernels.get(k.name, 0.0) + k.total_us
         prof.gpu_us = float(sum(snap.gpu.kernel_time_us.values()))
-    prof.findings = {f["rule"]: f for f in rep["findings"]}
+    prof.findings = {f.rule: f for f in rep.findings}
     return prof
 
 
@@ -150,7 +150,7 @@ def _from_trace(path: str, cfg: Config) -> Profile:
             prof.kernels[r.name] = prof.kernels.get(r.name, 0.0) + r.total_us
     prof.gpu_us = float(t.dur[np.isin(t.cat, GPU_CATS)].sum())
     gsum = summarize_gpu(t)
-    prof.findings = {f.rule: f.as_dict() for f in evaluate(trace_input(t, gsum), cfg.findings)}
+    prof.findings = {f.rule: finding_record(f) for f in evaluate(trace_input(t, gsum), cfg.findings)}
     if t.skipped:
         prof.warning = f"{path}: {t.skipped} malformed events skipped"
     return prof

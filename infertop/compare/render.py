@@ -67,8 +67,8 @@ def render_text(res: DiffResult) -> str:
                 out.append(f"  {m.base / 1000:9.3f} ms → {m.new / 1000:9.3f} ms  {m.name[:90]}")
     if res.findings_new or res.findings_gone:
         out += ["", "findings:"]
-        out += [f"  new:  [{f['severity']}] {f['rule']}: {f['title']}" for f in res.findings_new]
-        out += [f"  gone: [{f['severity']}] {f['rule']}: {f['title']}" for f in res.findings_gone]
+        out += [f"  new:  [{f.severity}] {f.rule}: {f.title}" for f in res.findings_new]
+        out += [f"  gone: [{f.severity}] {f.rule}: {f.title}" for f in res.findings_gone]
     out.append("")
     if res.fail_above is None:
         out.append("no threshold given (--fail-above PCT): nothing gated")

@@ -17,22 +17,23 @@ from infertop.analysis.session import Session
 from infertop.analysis.snapshot import build_snapshot
 from infertop.analysis.stragglers import comparison, straggler_findings
 from infertop.config import FindingThresholds
+from infertop.report.records import Report, finding_record
 
 
 def add_processes(
-    rep: dict[str, Any], session: Session, t: float | None, th: FindingThresholds | None = None
+    rep: Report, session: Session, t: float | None, th: FindingThresholds | None = None
 ) -> None:
     """The ``processes`` section, and the per-process findings among the others."""
-    rep["processes"] = processes_section(session, t)
-    if not rep["processes"]:
+    rep.processes = procs = processes_section(session, t)
+    if not procs:
         return
-    for proc in rep["processes"]:  # the rules on each process's own samples and ops
+    for proc in procs:  # the rules on each process's own samples and ops
         proc["findings"] = process_findings(session, t, proc["pid"], th)
-    names = {p["pid"]: f"{p['role']} (pid {p['pid']})" for p in rep["processes"]}
+    names = {p["pid"]: f"{p['role']} (pid {p['pid']})" for p in procs}
     steps, unit = comparison(session, t)
-    found = [f.as_dict() for f in straggler_findings(steps, names, th, unit)]
+    found = [finding_record(f) for f in straggler_findings(steps, names, th, unit)]
     if found:
-        rep["findings"] = sorted(rep["findings"] + found, key=lambda f: severity_rank(f["severity"]))
+        rep.findings = sorted(rep.findings + found, key=lambda f: severity_rank(f.severity))
 
 
 def process_findings(

@@ -12,16 +12,22 @@ from infertop.analysis.snapshot import Snapshot, build_snapshot
 from infertop.config import Config
 from infertop.model.events import INCIDENT
 from infertop.record.reader import Recording
-from infertop.report.build import build_report
+from infertop.report.build import build_record
 from infertop.report.processes import add_processes
+from infertop.report.records import Incident, Report, as_json
 from infertop.sources import ReplaySource
 
 
 @dataclass(frozen=True)
 class RecordingReport:
-    report: dict[str, Any]
+    record: Report
     source: ReplaySource  # replayed to its end: its session is the whole recording
     snapshot: Snapshot
+
+    @property
+    def report(self) -> dict[str, Any]:
+        """The document as JSON values (``report --format json``; the text renderers')."""
+        return as_json(self.record)
 
 
 def recording_report(
@@ -36,14 +42,13 @@ def recording_report(
     snap = build_snapshot(
         src.session, t=src.t, notes=src.notes, shape=shape, tails=dict(cfg.slow_ms)
     )
-    rep = build_report(snap, kind, path if path is not None else rec.path, cfg.findings)
+    rep = build_record(snap, kind, path if path is not None else rec.path, cfg.findings)
     if processes:
         add_processes(rep, src.session, src.t, cfg.findings)  # None: one process
     marks = [m for m in src.session.markers if m.text.startswith(INCIDENT)]
     if marks:  # an incident of `watch` (docs/watch.md): its trigger's moment and reason
-        rep["incidents"] = [
-            {"t": m.t, "at_s": round(m.t - src.t0, 3), "reason": m.text[len(INCIDENT):],
-             "trigger": m.extra.get("trigger")}
+        rep.incidents = [
+            Incident(m.t, round(m.t - src.t0, 3), m.text[len(INCIDENT):], m.extra.get("trigger"))
             for m in marks
-        ]  # fmt: skip
+        ]
     return RecordingReport(rep, src, snap)

@@ -15,6 +15,17 @@ from typing import Any
 from infertop.analysis.findings import evaluate
 from infertop.analysis.findings.trace import trace_input
 from infertop.config import Config, FindingThresholds
+from infertop.report.build import memcpy_records, sync_records
+from infertop.report.records import (
+    Op,
+    Source,
+    Target,
+    TraceDirReport,
+    TraceGpu,
+    TraceReport,
+    as_json,
+    finding_record,
+)
 from infertop.report.schema import REPORT_VERSION, TOP_OPS
 from infertop.report.text import render_markdown, render_text
 from infertop.trace.files import trace_files
@@ -24,49 +35,45 @@ from infertop.trace.table import KinetoTrace, read_trace
 
 def _one(
     path: str, thresholds: FindingThresholds, data: bytes | None = None, trace: KinetoTrace | None = None
-) -> dict[str, Any]:
+) -> TraceReport:
     trace = trace if trace is not None else read_trace(path, data)
     gpu = summarize_gpu(trace)
     inp = trace_input(trace, gpu)
-    findings = evaluate(inp, thresholds)
-    return {
-        "infertop_report": REPORT_VERSION,
-        "source": {"kind": "kineto", "path": path},
-        "target": {"pid": None, "cmdline": None, "python": None, "torch": None},
-        "rank": trace.rank,
-        "duration_s": round(inp.wall_us / 1e6, 6),
-        "stages": [],
-        "top_frames": [],
-        "ops": [
-            {"name": o.name, "device": o.device, "count": o.count,
-             "total_us": round(o.total_us, 3), "self_us": round(o.self_us, 3)}
+    delay = gpu.launch_delay_us
+    return TraceReport(
+        infertop_report=REPORT_VERSION,
+        source=Source("kineto", path),
+        target=Target(None, None, None, None),
+        rank=trace.rank,
+        duration_s=round(inp.wall_us / 1e6, 6),
+        stages=[],
+        top_frames=[],
+        ops=[
+            Op(o.name, o.device, o.count, round(o.total_us, 3), round(o.self_us, 3))
             for o in inp.ops[:TOP_OPS]
-        ],  # fmt: skip
-        "gpu": {
-            "available": trace.has_gpu,
-            "reason": None if trace.has_gpu else "the trace has no GPU events",
-            "device_names": {str(k): v for k, v in trace.device_names.items()},
-            "kernel_time_us": {k: round(v, 3) for k, v in gpu.kernel_time_us.items()},
-            "busy_share": None if gpu.busy_share is None else round(gpu.busy_share, 6),
-            "memcpy": [
-                {"kind": r.kind, "host_memory": r.host_memory, "count": r.count, "bytes": r.bytes,
-                 "total_us": round(r.total_us, 3), "mean_gbps": round(r.mean_gbps, 3)}
-                for r in gpu.memcpy
-            ],  # fmt: skip
-            "memory": None,
-            "sync_events": gpu.sync_events,
+        ],
+        gpu=TraceGpu(
+            available=trace.has_gpu,
+            reason=None if trace.has_gpu else "the trace has no GPU events",
+            device_names={str(k): v for k, v in trace.device_names.items()},
+            kernel_time_us={k: round(v, 3) for k, v in gpu.kernel_time_us.items()},
+            busy_share=None if gpu.busy_share is None else round(gpu.busy_share, 6),
+            memcpy=memcpy_records(gpu.memcpy),
+            memory=None,
+            sync_events=gpu.sync_events,
             # the same rows as a recording's gpu.syncs: blocking calls and sync events by name
-            "syncs": [
-                {"name": y.name, "count": y.count, "total_us": round(y.total_us, 3)}
-                for y in gpu.syncs
-            ],
-            "launch_delay_us": None
-            if gpu.launch_delay_us is None
-            else {"p50": round(gpu.launch_delay_us[0], 1), "p95": round(gpu.launch_delay_us[1], 1)},
-        },
-        "findings": [f.as_dict() for f in findings],
-        "warnings": [f"{trace.skipped} malformed events skipped"] if trace.skipped else [],
-    }
+            syncs=sync_records(gpu.syncs),
+            launch_delay_us=None
+            if delay is None
+            else {"p50": round(delay[0], 1), "p95": round(delay[1], 1)},
+        ),
+        findings=[finding_record(f) for f in evaluate(inp, thresholds)],
+        warnings=[f"{trace.skipped} malformed events skipped"] if trace.skipped else [],
+    )
+
+
+def _by_rank(reports: list[TraceReport]) -> list[TraceReport]:
+    return sorted(reports, key=lambda r: (r.rank is None, r.rank or 0))
 
 
 def build_trace_report(
@@ -76,13 +83,9 @@ def build_trace_report(
     th = thresholds or FindingThresholds()
     files = trace_files(path)
     if not os.path.isdir(path):
-        return _one(files[0], th, data)
-    ranks = sorted((_one(f, th) for f in files), key=lambda r: (r["rank"] is None, r["rank"] or 0))
-    return {
-        "infertop_report": REPORT_VERSION,
-        "source": {"kind": "kineto", "path": path},
-        "ranks": ranks,
-    }
+        return as_json(_one(files[0], th, data))
+    ranks = _by_rank([_one(f, th) for f in files])
+    return as_json(TraceDirReport(REPORT_VERSION, Source("kineto", path), ranks))
 
 
 def build_ranks_report(path: str, config: Config | None = None) -> dict[str, Any] | None:
@@ -104,13 +107,13 @@ def build_ranks_report(path: str, config: Config | None = None) -> dict[str, Any
         return None
     cfg = config or Config()
     th = cfg.findings
-    own: list[dict[str, Any]] = []
+    own: list[TraceReport] = []
     ranks = rank_events(path, files, lambda _text: None, lambda f, trace: own.append(_one(f, th, trace=trace)))
     rec = Recording(path, (MAJOR, MINOR), ranks.prelude + list(ranks.windows))
-    rep = recording_report(rec, cfg, kind="kineto", path=path).report
-    rep["import_notes"] = ranks.notes  # the clock; how ranks were numbered; traces left out
-    rep["ranks"] = sorted(own, key=lambda r: (r["rank"] is None, r["rank"] or 0))
-    return rep
+    rep = recording_report(rec, cfg, kind="kineto", path=path).record
+    rep.import_notes = list(ranks.notes)  # the clock; how ranks were numbered; traces left out
+    rep.ranks = _by_rank(own)
+    return as_json(rep)
 
 
 def render_ranks_text(rep: dict[str, Any], markdown: bool = False) -> str:

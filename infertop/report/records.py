@@ -1,0 +1,224 @@
+"""The report document as typed records (docs/report.md, the spec's schema): what ``report
+--format json`` writes and what ``diff`` reads back.
+
+``Report`` is a recording's report (also a rank directory's, imported in memory), ``TraceReport``
+one torch.profiler trace's. Their JSON is ``as_json(record)``: the fields in the order they are
+declared, a field left ``UNSET`` absent (a section only some reports have: a trace's ``rank``, a
+recording's ``incidents``). The deeper sections whose shape docs/report.md gives field by field
+— ``gc``, ``event_loop``, ``requests``, a stage's ``tail``, ``processes``, ``gpu.memory`` and
+``gpu.utilization`` — are plain JSON values built by their own modules (``report/pauses.py``,
+``report/processes.py``, ``analysis/gpu_series.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from msgspec import UNSET, Struct, UnsetType
+
+from infertop.model import findings as model_findings
+
+Json = dict[str, Any]
+
+
+class Source(Struct):
+    kind: str  # "recording" | "kineto"
+    path: str
+    #: the wall-clock time (Unix s) of a recording's first event; absent in a trace's report
+    start_time: float | None | UnsetType = UNSET
+
+
+class Target(Struct):
+    pid: int | None
+    cmdline: str | None
+    python: str | None
+    torch: str | None
+
+
+class Latency(Struct):
+    p50: float
+    p95: float
+    p99: float
+
+
+class Stage(Struct):
+    name: str
+    share: float  # of wall time (the CPU view's when the recording has no wall windows)
+    cpu_share: float
+    seconds: float
+    samples: int
+    cpu_samples: int
+    calls: int | None
+    latency_ms: Latency | None
+    tail: Json | None
+
+
+class Idle(Struct):
+    share_of_all: float
+    seconds: float
+    samples: int
+
+
+class Sampling(Struct):
+    rate_hz: float
+    samples: int  # active samples of the CPU windows
+    windows: int  # py-spy windows, both kinds
+    errors: int
+    coverage: float
+    views: list[str]  # ["wall", "cpu"], or ["cpu"]: no wall windows
+
+
+class TopFrame(Struct):
+    function: str
+    file: str
+    line: int
+    stage: str
+    self_share: float
+    total_share: float
+
+
+class Op(Struct):
+    name: str
+    device: str
+    count: int
+    total_us: float
+    self_us: float
+    # a recording's ops only (the agent knows the stage, the mean and the input shapes)
+    stage: str | None | UnsetType = UNSET
+    mean_us: float | UnsetType = UNSET
+    shapes: str | None | UnsetType = UNSET
+
+
+class Profiler(Struct):
+    windows: int
+    seconds: float
+    truncated: int
+
+
+class Memcpy(Struct):
+    kind: str
+    host_memory: str
+    count: int
+    bytes: int
+    total_us: float
+    mean_gbps: float
+
+
+class Sync(Struct):
+    name: str
+    count: int
+    total_us: float
+
+
+class Gpu(Struct):
+    """A recording's ``gpu``: the agent's device work, the allocator and NVML."""
+
+    available: bool
+    reason: str | None
+    kernel_time_us: dict[str, float]
+    busy_share: float | None
+    max_gap_us: float | None
+    memcpy: list[Memcpy]
+    syncs: list[Sync]
+    memory: Json | None  # docs/report-gpu.md
+    utilization: list[Json] | None
+    nvml_interval_s: float | None
+
+
+class TraceGpu(Struct):
+    """A trace's ``gpu``: its device events (no allocator, no NVML)."""
+
+    available: bool
+    reason: str | None
+    device_names: dict[str, str]
+    kernel_time_us: dict[str, float]
+    busy_share: float | None
+    memcpy: list[Memcpy]
+    memory: None
+    sync_events: int  # Kineto's cuda_sync events
+    syncs: list[Sync]
+    launch_delay_us: dict[str, float] | None  # p50, p95
+
+
+class Finding(Struct):
+    rule: str
+    severity: str
+    title: str
+    evidence: Json
+    where: list[str]
+    hint: str
+    pid: int | None
+
+
+class Incident(Struct):
+    t: float
+    at_s: float
+    reason: str
+    trigger: str | None
+
+
+class Report(Struct):
+    """A recording's report (``report FILE``; a rank directory's, with ``import_notes`` and
+    ``ranks``)."""
+
+    infertop_report: int
+    source: Source
+    target: Target
+    duration_s: float
+    stages: list[Stage]
+    idle: Idle | None
+    sampling: Sampling
+    top_frames: list[TopFrame]
+    ops: list[Op]
+    profiler: Profiler
+    gpu: Gpu
+    gc: Json | None
+    event_loop: Json | None
+    requests: Json | None
+    findings: list[Finding]
+    target_exited: bool
+    warnings: list[str]
+    #: a recording of several processes: one row each (None: one process); absent in the
+    #: report ``diff`` builds, which compares the whole session
+    processes: list[Json] | None | UnsetType = UNSET
+    incidents: list[Incident] | UnsetType = UNSET  # watch's incident markers
+    import_notes: list[str] | UnsetType = UNSET  # a rank directory: how it was imported
+    ranks: list[TraceReport] | UnsetType = UNSET  # a rank directory: each trace's own report
+
+
+class TraceReport(Struct):
+    """One torch.profiler trace's report: no samples, so no stages or frames."""
+
+    infertop_report: int
+    source: Source
+    target: Target
+    rank: int | None
+    duration_s: float
+    stages: list[Stage]
+    top_frames: list[TopFrame]
+    ops: list[Op]
+    gpu: TraceGpu
+    findings: list[Finding]
+    warnings: list[str]
+
+
+class TraceDirReport(Struct):
+    """A directory of traces read one by one (``build_trace_report`` of a directory)."""
+
+    infertop_report: int
+    source: Source
+    ranks: list[TraceReport]
+
+
+AnyRecord = Report | TraceReport | TraceDirReport | Finding
+
+
+def as_json(record: AnyRecord) -> Json:
+    """The record as JSON values (dicts, lists, numbers, strings), keys in schema order."""
+    return msgspec.to_builtins(record)
+
+
+def finding_record(f: model_findings.Finding) -> Finding:
+    """A finding of the rules as its record."""
+    return Finding(f.rule, f.severity, f.title, f.evidence, list(f.where), f.hint, f.pid)
