@@ -2,7 +2,7 @@
 
 ``submit`` only appends to a bounded queue in memory; past it the oldest request goes to the
 spool on disk (or is dropped, counted, when there is none or it is full). The thread sends the
-spool's requests first (they are the older), then the queue's. A refused connection, a
+oldest request first, the spool's or the queue's. A refused connection, a
 timeout, 408, 429 or a 5xx is the backend being away: the request stays and the thread waits,
 1 s doubling to 60 s (or the ``Retry-After`` it was given). Any other 4xx is a request the
 backend will never take: dropped, with one warning per status code, not retried.
@@ -171,14 +171,17 @@ class Sender:
             self.stats.dropped += 1
 
     def _next(self) -> tuple[Entry, bool] | None:
-        """The oldest request: the spool's, else the queue's (the spool's are older)."""
+        """The oldest request, the spool's or the queue's, by when it was made: the spool's
+        are older, but for the queue's first when it was being sent as the ones after it were
+        spooled (``submit`` keeps it)."""
         with self._lock:
+            head = self._queue[0] if self._queue else None
             if self.spool is not None and len(self.spool):
                 e = self.spool.oldest()
-                if e is not None:
+                if e is not None and (head is None or e.t <= head.t):
                     return e, True
-            self._inflight = self._queue[0] if self._queue else None
-            return (self._inflight, False) if self._inflight is not None else None
+            self._inflight = head
+            return (head, False) if head is not None else None
 
     def _done(self, e: Entry, spooled: bool) -> None:
         with self._lock:
