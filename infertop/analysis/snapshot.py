@@ -62,6 +62,21 @@ class ReplayState:
 
 
 @dataclass(frozen=True)
+class UiExtras:
+    """What the UI's ingest worker adds to a snapshot once it is built, for the views that are
+    open; a report's or an export's snapshot has none of it."""
+
+    #: the process selector's rows (key W)
+    process_rows: tuple[ProcessRow, ...] = ()
+    #: the tail view's flames and thread names while the view is open (None: not asked for)
+    tail_view: TailView | None = None
+    #: replay --base: the base recording's shares of ``flame``'s call paths (same shape and
+    #: stage filter), for the differential flame; None: no base
+    base: BaseShares | None = None
+    base_path: str | None = None
+
+
+@dataclass(frozen=True)
 class Snapshot:
     t: float
     t_first: float
@@ -100,8 +115,6 @@ class Snapshot:
     processes: tuple[tuple[int, str], ...] = ()
     process: int | None = None
     processes_exited: tuple[int, ...] = ()  # the followed processes seen to exit by t
-    #: the process selector's rows (key W): filled in by the UI's ingest worker
-    process_rows: tuple[ProcessRow, ...] = ()
     view: str = "wall"
     windows: int = 0  # py-spy windows up to t, folded ones included (both kinds)
     #: the session up to t in both views, whichever is shown; ``wall_measured`` false: no wall
@@ -110,10 +123,6 @@ class Snapshot:
     cpu_totals: tuple[StageShare, ...] = ()
     wall_measured: bool = False
     shape: FlameShape = field(default_factory=FlameShape)  # of ``flame`` and ``top``
-    #: replay --base: the base recording's shares of ``flame``'s call paths (same shape and
-    #: stage filter), for the differential flame; None: no base
-    base: BaseShares | None = None
-    base_path: str | None = None
     #: GC pauses and event-loop lag up to t (the agent's); None parts: none seen
     pauses: PauseSummary | None = None
     #: each stage's tail (slow calls against typical ones): only when asked for (``tails``)
@@ -125,9 +134,8 @@ class Snapshot:
     #: GC pause time and the worst event-loop lag per window of ``history`` (the stage
     #: panel's pause rows); None: no pause or heartbeat in those windows
     pause_history: PauseHistory | None = None
-    #: the tail view's flames and thread names: filled in by the UI's ingest worker while the
-    #: view is open (None: not asked for)
-    tail_view: TailView | None = None
+    #: what the UI's ingest worker adds for the views that are open (not of the session alone)
+    ui: UiExtras = field(default_factory=UiExtras)
 
     @property
     def duration_s(self) -> float:

@@ -287,13 +287,13 @@ class IngestWorker:
             view = tail_view(
                 snap.tails, frames_of, session.stage_of, session.threads, samples.n, samples.rate_hz
             )
-            snap = replace(snap, tail_view=view)
+            snap = replace(snap, ui=replace(snap.ui, tail_view=view))
         if self._base is not None:  # its shares under the same shape and filter, built once
             shares = self._base.shares(self._shape, self._stage_filter)
-            snap = replace(snap, base=shares, base_path=self._base.path)
+            snap = replace(snap, ui=replace(snap.ui, base=shares, base_path=self._base.path))
         if snap.processes:  # the process selector's numbers
             rows = process_rows(src.session, snap.processes, src.t if self.replay else None)
-            snap = replace(snap, process_rows=rows)
+            snap = replace(snap, ui=replace(snap.ui, process_rows=rows))
         extra = [] if snap.process is not None else self._stragglers.findings(
             src.session, src.t if self.replay else None, self._thresholds
         )  # fmt: skip

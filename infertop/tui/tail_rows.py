@@ -87,7 +87,7 @@ def _why_no_samples(snap: Snapshot) -> tuple[str, str]:
 def no_samples_line(snap: Snapshot) -> str | None:
     """Why the agent sent no call samples and what to do, in one line; None when it did (or
     when the tails are not computed yet)."""
-    view = snap.tail_view
+    view = snap.ui.tail_view
     if view is None or view.call_samples:
         return None
     why, todo = _why_no_samples(snap)
@@ -96,7 +96,7 @@ def no_samples_line(snap: Snapshot) -> str | None:
 
 def no_calls_line(snap: Snapshot) -> str:
     """The view's one line when no stage call was timed at all (no tail to show)."""
-    view = snap.tail_view
+    view = snap.ui.tail_view
     if view is not None and view.call_samples:
         return "No timed stage calls yet, so no tail: " + TODO + "."
     why, todo = _why_no_samples(snap)
@@ -227,7 +227,7 @@ def side_by_side(left: list[Text], right: list[Text], left_w: int) -> list[Text]
 def tail_text(snap: Snapshot, tail: StageTail, width: int, short: bool = False) -> Text:
     """Everything above the flame for ``tail``'s stage, ``width`` cells wide; ``short``: a
     low screen (at most 5 slowest calls and frames)."""
-    view = snap.tail_view
+    view = snap.ui.tail_view
     limit = 5 if short else 10
     lines = counts_lines(tail, view.rate_hz if view is not None else 0.0)
     missing = no_samples_line(snap)

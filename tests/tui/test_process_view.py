@@ -154,7 +154,7 @@ async def test_process_selector_lists_every_process_and_shows_the_chosen_one(tmp
         assert "router" in lines[100] and "worker 1" in lines[101] and "worker 2" in lines[102]
         assert "exited" in lines[102] and "exited" not in lines[101]
         # worker 1: 60 of 100 ticks a window are active → 0.60 cores; its agent sent 1 window
-        row = next(r for r in app.displayed.process_rows if r.pid == 101)
+        row = next(r for r in app.displayed.ui.process_rows if r.pid == 101)
         assert abs(row.cpu - 0.6) < 0.01 and row.op_windows == 1
         assert f"{row.cpu:.2f}" in text
 

@@ -45,8 +45,9 @@ def _tail(stage: str = "preprocess", calls: int = 100, **kw) -> StageTail:
     return StageTail(**base)  # type: ignore[arg-type]
 
 
-def _snap(**kw):
-    return replace(build_snapshot(Session()), **kw)
+def _snap(tail_view=None, **kw):
+    snap = build_snapshot(Session())
+    return replace(snap, ui=replace(snap.ui, tail_view=tail_view), **kw)
 
 
 def test_the_stage_shown_first_is_the_flame_s_else_the_busiest() -> None:

@@ -37,7 +37,7 @@ async def _open(pilot, app) -> TailScreen:
     await pilot.press("l")
     await wait_for(pilot, lambda: isinstance(app.screen, TailScreen))
     screen = app.screen
-    await wait_for(pilot, lambda: screen.snapshot is not None and screen.snapshot.tail_view)
+    await wait_for(pilot, lambda: screen.snapshot is not None and screen.snapshot.ui.tail_view)
     await pilot.pause(0.1)
     return screen
 
@@ -130,14 +130,14 @@ async def test_the_worker_computes_tails_only_while_the_view_is_open() -> None:
     app = create_app(_replay(TAIL), title="infertop")
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_for(pilot, lambda: app.displayed is not None, 20.0)
-        assert app.latest.tails == () and app.latest.tail_view is None
+        assert app.latest.tails == () and app.latest.ui.tail_view is None
         screen = await _open(pilot, app)
         assert [t.stage for t in screen.snapshot.tails] == ["postprocess", "preprocess"]
         before = app.latest
         await pilot.press("l")  # l closes it too
         await wait_for(pilot, lambda: not isinstance(app.screen, TailScreen))
         await wait_for(pilot, lambda: app.latest is not before)
-        assert app.latest.tails == () and app.latest.tail_view is None
+        assert app.latest.tails == () and app.latest.ui.tail_view is None
 
 
 async def test_the_view_opens_on_the_flame_s_stage_and_follows_a_seek() -> None:

@@ -44,8 +44,8 @@ def row_text(row: ProcessRow, shown: bool, width: int = 200) -> Text:
 
 
 def merged_text(snap: Snapshot | None, shown: bool) -> Text:
-    n = len(snap.process_rows) if snap is not None else 0
-    gone = sum(r.exited for r in snap.process_rows) if snap is not None else 0
+    n = len(snap.ui.process_rows) if snap is not None else 0
+    gone = sum(r.exited for r in snap.ui.process_rows) if snap is not None else 0
     line = Text(no_wrap=True)
     line.append("▸ " if shown else "  ", style="bold")
     line.append(f"all {n} processes merged", style="bold")
@@ -108,7 +108,7 @@ class ProcessesScreen(ModalScreen[object]):
         options = self._list
         if options is None:
             return
-        rows = snapshot.process_rows if snapshot is not None else ()
+        rows = snapshot.ui.process_rows if snapshot is not None else ()
         pids: list[int | str] = [ALL, *(r.pid for r in rows)]
         # one line each: the list's own width once laid out, else the box's at most
         width = options.scrollable_content_region.width or int(min(150, 0.96 * self.app.size.width)) - 8

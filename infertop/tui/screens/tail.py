@@ -6,7 +6,7 @@ the slowest calls, what the slow calls overlapped, and the slow calls' samples a
 differential flame against the typical calls' (``FlameList`` with a base, as ``replay --base``
 draws it: red, a call path the slow calls have more of). The tails cost a join of samples to
 calls, so the ingest worker computes them only while this view is open (``SetTails``); this
-screen only shows ``Snapshot.tails`` and ``Snapshot.tail_view``.
+screen only shows ``Snapshot.tails`` and ``Snapshot.ui.tail_view``.
 """
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ class TailScreen(ModalScreen[None]):
     @property
     def tails(self) -> tuple[StageTail, ...]:
         snap = self.snapshot
-        return snap.tails if snap is not None and snap.tail_view is not None else ()
+        return snap.tails if snap is not None and snap.ui.tail_view is not None else ()
 
     @property
     def tail(self) -> StageTail | None:
@@ -160,7 +160,7 @@ class TailScreen(ModalScreen[None]):
         else:
             box.border_title = "tail"
         sampled = snap is not None and no_samples_line(snap) is None
-        if snap is None or snap.tail_view is None:
+        if snap is None or snap.ui.tail_view is None:
             waiting = "computing the tails (slow calls against typical ones)…"
             summary.update(Text(waiting, style="dim italic"))
         elif tail is None:
@@ -171,8 +171,8 @@ class TailScreen(ModalScreen[None]):
         shown = tail is not None and sampled
         for widget in (flame, self.query_one("#tail-flame-header"), self.query_one("#tail-detail")):
             widget.display = shown
-        if shown and snap is not None and snap.tail_view is not None:
-            flame.show_tail(snap, snap.tail_view.flames.get(tail.stage))  # type: ignore[union-attr]
+        if shown and snap is not None and snap.ui.tail_view is not None:
+            flame.show_tail(snap, snap.ui.tail_view.flames.get(tail.stage))  # type: ignore[union-attr]
         self._update_flame_lines()
 
     def _update_flame_lines(self) -> None:

@@ -510,7 +510,7 @@ class FlameList(ScrollView, can_focus=True, inherit_bindings=False):
     def base(self) -> BaseShares | None:
         """replay --base: the base's shares, for the Python flame (the ops flame has none)."""
         snap = self.snapshot
-        return snap.base if snap is not None and self.mode == "python" else None
+        return snap.ui.base if snap is not None and self.mode == "python" else None
 
     @property
     def own_shares(self) -> BaseShares | None:
@@ -684,8 +684,8 @@ class FlamePanel(Vertical):
             head = head if len(head) + 40 <= width else f"torch ops {flame.style} µs  ·  "
         else:
             head = f"Python {flame.style}  ·  "
-            if flame.base is not None and snap is not None and snap.base_path:
-                head += f"vs base {os.path.basename(snap.base_path)} (red grew, blue shrank)  ·  "
+            if flame.base is not None and snap is not None and snap.ui.base_path:
+                head += f"vs base {os.path.basename(snap.ui.base_path)} (red grew, blue shrank)  ·  "
         head += f"{stage}  ·  path: "
         zoom, root = flame.zoom_node, flame.root
         share = ""
