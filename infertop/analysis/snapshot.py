@@ -62,6 +62,21 @@ class ReplayState:
 
 
 @dataclass(frozen=True)
+class Profiled:
+    """What the in-process agent's torch-profiler windows hold up to a snapshot's t, and its
+    newest allocator reading."""
+
+    ops: tuple[OpRow, ...] = ()  # every stage, by self time
+    device_flame: FlameNode = field(default_factory=lambda: FlameNode(None))  # stage-filtered
+    gpu: GpuWork | None = None  # None: no device work seen
+    allocator: AllocatorReading | None = None  # the newest reading
+    windows: int = 0
+    seconds: float = 0.0  # wall time the windows covered
+    truncated: int = 0  # windows cut short (max_events reached)
+    op_time: OpTime | None = None  # the op thread's time in and between ops, summed
+
+
+@dataclass(frozen=True)
 class UiExtras:
     """What the UI's ingest worker adds to a snapshot once it is built, for the views that are
     open; a report's or an export's snapshot has none of it."""
@@ -99,15 +114,8 @@ class Snapshot:
     recording_bytes: int = 0
     replay: ReplayState | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
-    # torch-profiler windows (the in-process agent), up to t
-    ops: tuple[OpRow, ...] = ()  # every stage, by self time
-    device_flame: FlameNode = field(default_factory=lambda: FlameNode(None))  # stage-filtered
-    gpu: GpuWork | None = None  # None: no device work seen
-    allocator: AllocatorReading | None = None  # the newest reading
-    op_windows: int = 0
-    op_seconds: float = 0.0  # wall time the windows covered
-    op_truncated: int = 0  # windows cut short (max_events reached)
-    op_time: OpTime | None = None  # the op thread's time in and between ops, summed
+    #: the torch-profiler windows (the in-process agent's) and the allocator, up to t
+    torch: Profiled = field(default_factory=Profiled)
     nvml: GpuView | None = None  # NVML readings up to t; None: none (the nvml status says why)
     findings: tuple[Finding, ...] = ()  # ranked; filled in by findings.live.with_findings
     #: --children: (pid, role) of every process followed; ``process`` is the one the samples
@@ -358,14 +366,16 @@ def build_snapshot(
         recording_bytes=recording_bytes,
         replay=replay,
         notes=notes,
-        ops=tuple(ops_table(paths)),
-        device_flame=device_flame(paths, stage_filter),
-        gpu=gpu_work(op_totals),
-        allocator=allocator,
-        op_windows=op_totals.windows,
-        op_seconds=op_totals.seconds,
-        op_truncated=op_totals.truncated,
-        op_time=op_totals.op_time(),
+        torch=Profiled(
+            ops=tuple(ops_table(paths)),
+            device_flame=device_flame(paths, stage_filter),
+            gpu=gpu_work(op_totals),
+            allocator=allocator,
+            windows=op_totals.windows,
+            seconds=op_totals.seconds,
+            truncated=op_totals.truncated,
+            op_time=op_totals.op_time(),
+        ),
         nvml=gpu_view(
             session.gpu_upto(t),
             [(w.window.t_start, w.window.t_end) for w in shown[-history:]],

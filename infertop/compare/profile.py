@@ -78,7 +78,7 @@ def _from_recording(path: str, cfg: Config) -> Profile:
     rec = read_recording(path)
     made = recording_report(rec, cfg, path=path, processes=False)
     rep, s, snap = made.record, made.source.session, made.snapshot
-    prof = Profile("recording", path, snap.op_seconds, 0, warning=rec.warning, flame=snap.flame)
+    prof = Profile("recording", path, snap.torch.seconds, 0, warning=rec.warning, flame=snap.flame)
     for sp in s.spans:
         prof.latencies.setdefault(f"stage {sp.stage}", []).append((sp.t_end - sp.t_start) * 1000)
     seen: set[tuple[str, int, float]] = set()
@@ -99,13 +99,13 @@ def _from_recording(path: str, cfg: Config) -> Profile:
     for f in rep.top_frames:
         label = f"{f.function} ({_short(f.file)}:{f.line})"
         prof.frames[label] = prof.frames.get(label, 0.0) + f.self_share
-    for o in snap.ops:
+    for o in snap.torch.ops:
         if o.device == "cpu":
             prof.ops[o.name] = prof.ops.get(o.name, 0.0) + o.self_us
-    if snap.gpu is not None:
-        for k in snap.gpu.kernels:
+    if snap.torch.gpu is not None:
+        for k in snap.torch.gpu.kernels:
             prof.kernels[k.name] = prof.kernels.get(k.name, 0.0) + k.total_us
-        prof.gpu_us = float(sum(snap.gpu.kernel_time_us.values()))
+        prof.gpu_us = float(sum(snap.torch.gpu.kernel_time_us.values()))
     prof.findings = {f.rule: f for f in rep.findings}
     return prof
 

@@ -83,7 +83,7 @@ def build_record(
         )
     nvml = next((s for s in snap.statuses if s.collector == "nvml"), None)
     gpu_available = nvml is not None and nvml.state == "running"
-    gpu_available = gpu_available or snap.gpu is not None or snap.allocator is not None
+    gpu_available = gpu_available or snap.torch.gpu is not None or snap.torch.allocator is not None
     gpu_available = gpu_available or snap.nvml is not None
     reason = None if gpu_available else (nvml.message if nvml else "no GPU readings were collected")
     return Report(
@@ -110,7 +110,7 @@ def build_record(
             for t in snap.top
         ],  # fmt: skip
         ops=_ops(snap),
-        profiler=Profiler(snap.op_windows, _r(snap.op_seconds, 3), snap.op_truncated),
+        profiler=Profiler(snap.torch.windows, _r(snap.torch.seconds, 3), snap.torch.truncated),
         gpu=_gpu(snap, gpu_available, reason),
         gc=gc_dict(snap.pauses.gc if snap.pauses else None),
         event_loop=loop_dict(snap.pauses.event_loop if snap.pauses else None),
@@ -125,7 +125,7 @@ def _ops(snap: Snapshot) -> list[Op]:
     return [
         Op(o.name, o.device, o.count, _r(o.total_us, 3), _r(o.self_us, 3), stage=o.stage,
            mean_us=_r(o.mean_us, 3), shapes=o.shapes)
-        for o in snap.ops[:TOP_OPS]
+        for o in snap.torch.ops[:TOP_OPS]
     ]  # fmt: skip
 
 
@@ -143,7 +143,7 @@ def sync_records(rows: Iterable[SyncStat]) -> list[Sync]:
 def _gpu(snap: Snapshot, available: bool, reason: str | None) -> Gpu:
     """Kernel time, busy share and copies from the op windows; memory from the allocator and
     NVML; NVML's utilisation series summarised per device."""
-    g, mem, nv = snap.gpu, snap.allocator, snap.nvml
+    g, mem, nv = snap.torch.gpu, snap.torch.allocator, snap.nvml
     readings = nv.readings if nv is not None else ()
     kinds = {"compute": 0.0, "memory": 0.0, "communication": 0.0}
     return Gpu(

@@ -244,7 +244,7 @@ class InfertopApp(App[None]):
             self.query_one(Timeline).show(snap.replay)
         self._show_findings(snap)
         sampling = any(st.collector == "py-spy" and st.state == "running" for st in snap.statuses)
-        if not self._view_chosen and snap.op_windows and not snap.samples and not sampling:
+        if not self._view_chosen and snap.torch.windows and not snap.samples and not sampling:
             # torch ops but no Python samples (an imported trace, py-spy denied): show the ops
             # (live, the agent's first window may come before py-spy's: that is not it)
             self._view_chosen = True
@@ -325,7 +325,7 @@ class InfertopApp(App[None]):
         (no stacks): the known stages in pipeline order, then the user's."""
         snap = self.latest
         names = [s.name for s in snap.totals if s.name != IDLE and s.samples] if snap else []
-        names += sorted({r.stage for r in snap.ops} - set(names) - {IDLE}) if snap else []
+        names += sorted({r.stage for r in snap.torch.ops} - set(names) - {IDLE}) if snap else []
         return [None, *[s for s in STAGES if s in names], *[s for s in names if s not in STAGES]]
 
     def action_stage_filter(self) -> None:

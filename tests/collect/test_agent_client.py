@@ -417,14 +417,14 @@ def test_live_source_records_what_the_agent_sends_and_replay_shows_it(agents, tm
         time.sleep(0.02)
     src.stop()
     live = build_snapshot(src.session)
-    assert live.op_windows == 2 and live.target.torch == "2.3.1"
+    assert live.torch.windows == 2 and live.target.torch == "2.3.1"
     assert src.session.statuses["agent"].state == "stopped"
 
     rec = read_recording(path)
     assert rec.warning is None
     replay = ReplaySource(rec, Config())
     snap = build_snapshot(replay.session, t=replay.t)
-    assert snap.op_windows == 2 and snap.ops == live.ops and snap.target.torch == "2.3.1"
-    assert snap.allocator == READING
+    assert snap.torch.windows == 2 and snap.torch.ops == live.torch.ops and snap.target.torch == "2.3.1"
+    assert snap.torch.allocator == READING
     rep = build_report(snap, "recording", path)
     assert rep["ops"] and rep["gpu"]["memory"]["reserved"] == READING.reserved

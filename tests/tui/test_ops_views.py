@@ -136,7 +136,7 @@ def test_short_names_keep_what_identifies_a_kernel() -> None:
 
 def test_no_ops_reason_prefers_the_agent_status(ops_source, tmp_path: Path) -> None:
     snap = build_snapshot(ops_source.session)
-    assert snap.op_windows == 6 and no_ops_reason(snap) is None
+    assert snap.torch.windows == 6 and no_ops_reason(snap) is None
     plain = replay(write_recording(tmp_path / "p.infertop", windows=3))
     snap = build_snapshot(plain.session)
     assert no_ops_reason(snap) == "no torch-profiler windows yet"

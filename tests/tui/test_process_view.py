@@ -128,7 +128,7 @@ async def test_one_process_session_has_no_process_view(tmp_path: Path) -> None:
 
 
 def _ops(app) -> set[str]:  # noqa: ANN001
-    return {r.name for r in app.displayed.ops}
+    return {r.name for r in app.displayed.torch.ops}
 
 
 def _gpu_memory(app) -> list[tuple[int, int]]:  # noqa: ANN001
@@ -145,7 +145,7 @@ async def test_process_selector_lists_every_process_and_shows_the_chosen_one(tmp
         # merged: every process's samples and every agent's ops; the target's allocator, or
         # where it has none (a router without a GPU) the newest of any
         assert _ops(app) == {"aten::route_gather", "aten::worker_matmul"}
-        assert app.displayed.allocator is not None and app.displayed.allocator.pid == 101
+        assert app.displayed.torch.allocator is not None and app.displayed.torch.allocator.pid == 101
 
         await pilot.press("W")
         await shows(pilot, app, "all 3 processes merged")
@@ -163,7 +163,7 @@ async def test_process_selector_lists_every_process_and_shows_the_chosen_one(tmp
         await pilot.press("down", "down", "enter")  # all → router → worker 1
         await shows(pilot, app, "worker 1 (pid 101)")
         await wait_for(pilot, lambda: _ops(app) == {"aten::worker_matmul"})
-        assert app.displayed.allocator is not None and app.displayed.allocator.pid == 101
+        assert app.displayed.torch.allocator is not None and app.displayed.torch.allocator.pid == 101
         assert app.displayed.samples == 300
         # the GPU panel's "this process" is worker 1's own memory, its GPU first
         assert _gpu_memory(app) == [(0, 4 << 30), (1, 0)]
@@ -178,7 +178,7 @@ async def test_process_selector_lists_every_process_and_shows_the_chosen_one(tmp
         await pilot.press("up", "up", "enter")  # back to the router: its own agent's ops
         await shows(pilot, app, "router (pid 100)")
         await wait_for(pilot, lambda: _ops(app) == {"aten::route_gather"})
-        assert app.displayed.allocator is None  # its own agent read none
+        assert app.displayed.torch.allocator is None  # its own agent read none
 
         await pilot.press("W", "home", "enter")
         await shows(pilot, app, "3 processes, 1 exited · all merged (w)")
@@ -195,7 +195,7 @@ async def test_a_straggler_rank_is_a_finding_in_the_replay(tmp_path: Path) -> No
     import_trace(str(rank_dir(tmp_path, "a100_sampled_rank0", [1.0, 1.0, 1.3])), str(out))
     app = create_app(ReplaySource(read_recording(str(out)), Config()), title="ranks")
     async with app.run_test(size=(130, 36)) as pilot:
-        await wait_for(pilot, lambda: app.displayed is not None and app.displayed.op_windows > 0)
+        await wait_for(pilot, lambda: app.displayed is not None and app.displayed.torch.windows > 0)
         found = {f.rule: f for f in app.displayed.findings}
         assert "straggler" in found and "rank 2" in found["straggler"].title
         slow = found["straggler"].evidence["pid"]

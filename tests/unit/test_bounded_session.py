@@ -74,7 +74,7 @@ def test_retained_detail_stops_growing_while_the_totals_cover_everything() -> No
     # ... while the whole session is still counted
     snap = build_snapshot(bounded)
     assert bounded.window_count == 600
-    assert snap.op_windows == 60
+    assert snap.torch.windows == 60
     calls = {s.name: s.calls for s in snap.totals if s.calls}
     assert calls == {"forward": 600 * 40, "preprocess": 600 * 10}
     assert snap.duration_s == pytest.approx(600.0)
@@ -104,8 +104,8 @@ def test_a_bounded_session_shows_what_an_unbounded_one_shows() -> None:
                     assert getattr(bs.latency_ms, q) == pytest.approx(getattr(fs.latency_ms, q), rel=0.006)
         assert b.recent == f.recent and b.history[-40:] == f.history[-40:]  # 45 s kept here
         assert b.top == f.top and tree(b.flame) == tree(f.flame)
-        assert b.ops == f.ops and tree(b.device_flame) == tree(f.device_flame) and b.gpu == f.gpu and b.op_time == f.op_time
-        assert b.allocator == f.allocator
+        assert b.torch.ops == f.torch.ops and tree(b.torch.device_flame) == tree(f.torch.device_flame) and b.torch.gpu == f.torch.gpu and b.torch.op_time == f.torch.op_time
+        assert b.torch.allocator == f.torch.allocator
         for mb, mf in zip(b.nvml.session_means, f.nvml.session_means, strict=True):
             assert mb == pytest.approx(mf)
         assert b.nvml.devices == f.nvml.devices
@@ -120,7 +120,7 @@ def test_a_bounded_session_shows_what_an_unbounded_one_shows() -> None:
         assert with_findings(b).findings == with_findings(f).findings
     # a fresh accumulator (a new view) reads the folded totals too
     assert build_snapshot(bounded).top == build_snapshot(full).top
-    assert build_snapshot(bounded).ops == build_snapshot(full).ops
+    assert build_snapshot(bounded).torch.ops == build_snapshot(full).torch.ops
 
 
 def test_replay_sessions_keep_everything() -> None:

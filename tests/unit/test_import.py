@@ -71,7 +71,7 @@ def test_every_op_keeps_its_count_and_self_time(name: str, tmp_path: Path) -> No
     src = ReplaySource(rec, Config())
     snap = build_snapshot(src.session, t=src.t)
     got: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0.0])
-    for row in snap.ops:  # the recording splits rows by stage: merge them
+    for row in snap.torch.ops:  # the recording splits rows by stage: merge them
         got[(row.name, row.device)][0] += row.count
         got[(row.name, row.device)][1] += row.self_us
     want = op_table(read_trace(str(trace(name))))
@@ -100,9 +100,9 @@ def test_replay_plays_through_the_trace_step_by_step(tmp_path: Path) -> None:
     end = build_snapshot(src.session, t=src.t)
     src.seek(src.length / 2)
     middle = build_snapshot(src.session, t=src.t)
-    assert 0 < middle.op_windows < end.op_windows == len(windows)
-    assert sum(r.count for r in middle.ops) < sum(r.count for r in end.ops)
-    assert end.device_flame.children and end.gpu is not None
+    assert 0 < middle.torch.windows < end.torch.windows == len(windows)
+    assert sum(r.count for r in middle.torch.ops) < sum(r.count for r in end.torch.ops)
+    assert end.torch.device_flame.children and end.torch.gpu is not None
 
 
 def test_the_alexnet_recording_raises_memcpy_pageable(tmp_path: Path) -> None:

@@ -181,15 +181,15 @@ def _session() -> Session:
 def test_snapshot_respects_t_and_the_stage_filter() -> None:
     s = _session()
     early = build_snapshot(s, t=105.0, stage_filter="sync")
-    assert early.op_windows == 1 and early.op_seconds == 0.5 and early.op_truncated == 0
-    assert early.allocator is not None and early.allocator.alloc_retries == 2
-    assert {r.stage for r in early.ops} == {"forward", "sync"}  # the table keeps every stage
-    assert early.device_flame.total == 20  # the flame is filtered
+    assert early.torch.windows == 1 and early.torch.seconds == 0.5 and early.torch.truncated == 0
+    assert early.torch.allocator is not None and early.torch.allocator.alloc_retries == 2
+    assert {r.stage for r in early.torch.ops} == {"forward", "sync"}  # the table keeps every stage
+    assert early.torch.device_flame.total == 20  # the flame is filtered
     late = build_snapshot(s)
-    assert late.op_windows == 2 and late.op_truncated == 1 and late.allocator.ooms == 1
-    assert late.device_flame.total == 440 and late.gpu is not None
-    assert build_snapshot(s, t=100.0).op_windows == 0
-    assert build_snapshot(s, t=100.0).gpu is None and build_snapshot(s, t=100.0).ops == ()
+    assert late.torch.windows == 2 and late.torch.truncated == 1 and late.torch.allocator.ooms == 1
+    assert late.torch.device_flame.total == 440 and late.torch.gpu is not None
+    assert build_snapshot(s, t=100.0).torch.windows == 0
+    assert build_snapshot(s, t=100.0).torch.gpu is None and build_snapshot(s, t=100.0).torch.ops == ()
 
 
 def test_report_has_ops_gpu_numbers_and_memory() -> None:

@@ -21,7 +21,7 @@ from infertop.trace.gpu import GpuSummary
 def _merged_ops(snap: Snapshot) -> tuple[OpRow, ...]:
     """The agent's rows are per stage; rules want one row per (op, device)."""
     acc: dict[tuple[str, str], list[float]] = {}
-    for r in snap.ops:
+    for r in snap.torch.ops:
         a = acc.setdefault((r.name, r.device), [0, 0.0, 0.0])
         a[0] += r.count
         a[1] += r.total_us
@@ -42,8 +42,8 @@ def snapshot_input(snap: Snapshot) -> FindingInput:
     ops = _merged_ops(snap)
     cpu_self = sum(o.self_us for o in ops if o.device == "cpu")
     gpu = None
-    if snap.gpu is not None and snap.gpu.span_us > 0:
-        g = snap.gpu
+    if snap.torch.gpu is not None and snap.torch.gpu.span_us > 0:
+        g = snap.torch.gpu
         gpu = GpuSummary(
             kernel_time_us=dict(g.kernel_time_us),
             busy_us=g.busy_us,
@@ -56,7 +56,7 @@ def snapshot_input(snap: Snapshot) -> FindingInput:
         )
     memory = session_memory(snap)
     return FindingInput(
-        wall_us=snap.op_seconds * 1e6,
+        wall_us=snap.torch.seconds * 1e6,
         stage_shares=shares,
         stage_samples={s.name: s.samples for s in totals},
         stage_where={k: tuple(v) for k, v in where.items()},
@@ -88,10 +88,10 @@ def session_memory(snap: Snapshot) -> MemoryState | None:
     """The allocator's reserved/allocated against NVML's device total; without the agent,
     NVML's per-process memory of the target (context included) stands in for reserved."""
     readings = snap.nvml.readings if snap.nvml is not None else ()
-    m = memory_summary(readings, snap.allocator, snap.nvml.fold if snap.nvml is not None else None)
+    m = memory_summary(readings, snap.torch.allocator, snap.nvml.fold if snap.nvml is not None else None)
     if m is None:
         return None
-    a = snap.allocator
+    a = snap.torch.allocator
     if a is not None:
         return MemoryState(m["total"], a.reserved, a.allocated, a.alloc_retries, a.ooms)  # type: ignore[arg-type]
     if m["process"] is None:
@@ -110,7 +110,7 @@ def _outside_ops(snap: Snapshot, cpu_self: float) -> OutsideOps | None:
     """Time outside torch ops inside the forward, from the windows' op_time (the op thread's
     stretches of model work). Windows without it (older agents) give only the op time:
     enough for copy-heavy, not for python-overhead / tiny-ops."""
-    t = snap.op_time
+    t = snap.torch.op_time
     if t is not None and t.wall_us > 0:
         return OutsideOps(wall_us=t.wall_us, in_ops_us=min(t.in_ops_us, t.wall_us), ops=t.ops)
     return OutsideOps(wall_us=0.0, in_ops_us=cpu_self, ops=0) if cpu_self else None
@@ -119,7 +119,7 @@ def _outside_ops(snap: Snapshot, cpu_self: float) -> OutsideOps | None:
 def _kernel_durations(snap: Snapshot) -> np.ndarray | None:
     """One duration per kernel, as near as windows tell (they keep count, total, min and max
     per kernel name): every call of a name at its mean, clamped to [min, max]."""
-    g = snap.gpu
+    g = snap.torch.gpu
     kernels = [k for k in (g.kernels if g else ()) if k.kind != "memory" and k.count > 0]
     if not kernels:
         return None
@@ -129,7 +129,7 @@ def _kernel_durations(snap: Snapshot) -> np.ndarray | None:
 
 def _transfer_bytes(snap: Snapshot) -> np.ndarray | None:
     """One size per copy (memsets excluded), each at its direction and memory kind's mean."""
-    rows = [m for m in (snap.gpu.memcpy if snap.gpu else ()) if m.kind != "memset" and m.count > 0]
+    rows = [m for m in (snap.torch.gpu.memcpy if snap.torch.gpu else ()) if m.kind != "memset" and m.count > 0]
     if not rows:
         return None
     return np.repeat(np.array([m.bytes / m.count for m in rows]), [m.count for m in rows])

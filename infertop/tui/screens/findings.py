@@ -54,15 +54,15 @@ def jump_target(finding: Finding, snap: Snapshot | None) -> Jump | None:
     for where in finding.where:
         if where in frames:
             return Jump(frame=frames[where])
-    ops = {r.name for r in snap.ops}
+    ops = {r.name for r in snap.torch.ops}
     for where in finding.where:
         if where in ops:
             return Jump(op=where)
-    if finding.rule == "tiny-ops" and snap.ops:
-        return Jump(op=max(snap.ops, key=lambda r: r.count).name)  # the most-called op
+    if finding.rule == "tiny-ops" and snap.torch.ops:
+        return Jump(op=max(snap.torch.ops, key=lambda r: r.count).name)  # the most-called op
     match = _ROWS_FOR_RULE.get(finding.rule)
     if match is not None:
-        for row in snap.ops:  # by self time: the costliest matching row
+        for row in snap.torch.ops:  # by self time: the costliest matching row
             if match(row.name):
                 return Jump(op=row.name)
     return None
@@ -139,7 +139,7 @@ def empty_text(snap: Snapshot | None) -> Text:
     missing = []
     if not snap.samples:
         missing.append("no Python samples yet: the stage rules (preprocess-hot, ...) wait for them")
-    if not snap.op_windows:
+    if not snap.torch.windows:
         missing.append(
             "no torch-profiler windows: the op and GPU rules (copy-heavy, memcpy-*, "
             "python-overhead, tiny-ops, gpu-idle) need the agent (its status is in the bottom line)"

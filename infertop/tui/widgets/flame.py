@@ -245,7 +245,7 @@ class FlameList(ScrollView, can_focus=True, inherit_bindings=False):
     def root(self) -> FlameNode | None:
         if self.snapshot is None:
             return None
-        return self.snapshot.device_flame if self.mode == "ops" else self.snapshot.flame
+        return self.snapshot.torch.device_flame if self.mode == "ops" else self.snapshot.flame
 
     @property
     def selected(self) -> FlameNode | None:
@@ -675,8 +675,8 @@ class FlamePanel(Vertical):
         stage = f"stage: {snap.stage_filter if snap and snap.stage_filter else 'all'}"
         if self.view == "table":
             parts = ["ops table by self time", stage, f"{len(visible_rows(snap))} rows"]
-            if snap is not None and snap.op_windows:
-                parts.append(f"{snap.op_windows} windows, {snap.op_seconds:.1f} s profiled")
+            if snap is not None and snap.torch.windows:
+                parts.append(f"{snap.torch.windows} windows, {snap.torch.seconds:.1f} s profiled")
             text = "  ·  ".join(parts)
             return text if len(text) <= width else text[: max(1, width - 1)] + "…"
         if self.view == "ops":

@@ -102,7 +102,7 @@ def memory_row(snap: Snapshot, view: GpuView, d: GpuDeviceReading, bar_w: int, l
 def allocator_row(snap: Snapshot, view: GpuView, d: GpuDeviceReading, bar_w: int) -> Text | None:
     """torch  [allocated|reserved on the same scale as the memory bar]  allocated … reserved …;
     None when the allocator's device is not this one (or there is no agent)."""
-    a = snap.allocator
+    a = snap.torch.allocator
     latest = view.readings[-1:] if view.readings else ()
     if a is None or not d.memory_total or allocator_device(a, view.devices, target_devices(latest)) is not d:
         return None

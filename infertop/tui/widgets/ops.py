@@ -1,6 +1,6 @@
 """The ops table: torch ops and kernels from the agent's profiler windows, by self time.
 
-Rows come from ``Snapshot.ops`` (every stage); the stage filter picks one stage's rows. When
+Rows come from ``Snapshot.torch.ops`` (every stage); the stage filter picks one stage's rows. When
 no profiler window has arrived the table (and the torch-ops flame) says why in one line.
 """
 
@@ -41,7 +41,7 @@ def short_name(name: str, width: int) -> str:
 
 def no_ops_reason(snapshot: Snapshot | None) -> str | None:
     """Why there is nothing to show in the ops views; None when there are op windows."""
-    if snapshot is not None and snapshot.op_windows:
+    if snapshot is not None and snapshot.torch.windows:
         return None
     agent = next((s for s in snapshot.statuses if s.collector == "agent"), None) if snapshot else None
     if agent is None:
@@ -56,7 +56,7 @@ def visible_rows(snapshot: Snapshot | None) -> list[OpRow]:
     if snapshot is None:
         return []
     stage = snapshot.stage_filter
-    return [r for r in snapshot.ops if stage is None or r.stage == stage]
+    return [r for r in snapshot.torch.ops if stage is None or r.stage == stage]
 
 
 def layout(width: int, with_shapes: bool) -> tuple[int, int]:

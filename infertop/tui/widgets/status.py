@@ -191,7 +191,7 @@ class StatusLine(Widget):
         parts.append((3, Text(f"{snap.samples:,} samples"), Text(f"{snap.samples:,} smp")))
         if snap.processes:  # --children
             parts.append(process_part(snap))
-        n = snap.op_windows
+        n = snap.torch.windows
         for st in snap.statuses:
             message = st.message.removeprefix(f"{st.collector}: ")
             short = Text(f"{st.collector}: ").append(st.state, style=STATE_STYLES.get(st.state, ""))
