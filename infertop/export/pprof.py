@@ -60,20 +60,21 @@ def export_pprof(
         return f"pid {pid} {role.get(pid, '')}".rstrip()
 
     for ev in stream:
-        if isinstance(ev, (FrameDef, StackDef)):
-            symbols.learn(ev)
-        elif isinstance(ev, ThreadDef):
-            threads[ev.tid] = (ev.name, ev.pid)
-        elif isinstance(ev, SampleWindow):
-            end = max(end, ev.t_end)  # the profile spans the sampling, wall windows too
-            if ev.idle:  # a wall window; the CPU windows hold the samples of work
-                continue
-            if prof is None:
-                prof = CpuProfile(ev.rate_hz or 100.0, program_name(target.cmdline))
-            total += prof.add_window(
-                ev, symbols.frames, symbols.stacks, classifier.stage_of, thread_of,
-                process_of if role else None,
-            )  # fmt: skip
+        match ev:
+            case FrameDef() | StackDef():
+                symbols.learn(ev)
+            case ThreadDef():
+                threads[ev.tid] = (ev.name, ev.pid)
+            case SampleWindow():
+                end = max(end, ev.t_end)  # the profile spans the sampling, wall windows too
+                if ev.idle:  # a wall window; the CPU windows hold the samples of work
+                    continue
+                if prof is None:
+                    prof = CpuProfile(ev.rate_hz or 100.0, program_name(target.cmdline))
+                total += prof.add_window(
+                    ev, symbols.frames, symbols.stacks, classifier.stage_of, thread_of,
+                    process_of if role else None,
+                )  # fmt: skip
     rate = prof.rate_hz if prof is not None else 0.0
     if prof is None:
         prof = CpuProfile(100.0)

@@ -49,18 +49,19 @@ def scan_recording(
             t = ev.t_start
         if t is not None and t > 0 and (t0 is None or t < t0):
             t0 = t
-        if isinstance(ev, ProcessDef) and processes is not None:
-            processes.setdefault(ev.pid, ev)
-        elif isinstance(ev, StageRules) and not rules:
-            rules = ev.rules
-        elif isinstance(ev, TargetInfo):
-            target = TargetInfo(
-                ev.pid if ev.pid is not None else target.pid,
-                ev.cmdline or target.cmdline,
-                ev.python or target.python,
-                ev.torch or target.torch,
-                ev.started or target.started,
-            )
+        match ev:
+            case ProcessDef() if processes is not None:
+                processes.setdefault(ev.pid, ev)
+            case StageRules() if not rules:
+                rules = ev.rules
+            case TargetInfo():
+                target = TargetInfo(
+                    ev.pid if ev.pid is not None else target.pid,
+                    ev.cmdline or target.cmdline,
+                    ev.python or target.python,
+                    ev.torch or target.torch,
+                    ev.started or target.started,
+                )
     return (t0 if t0 is not None else target.started or 0.0), rules, target
 
 

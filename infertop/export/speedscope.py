@@ -107,27 +107,28 @@ def export_speedscope(
     threads: dict[int, _Profile] = {}
     stages: dict[str, _Profile] = {}
     for ev in stream:
-        if isinstance(ev, (FrameDef, StackDef)):
-            symbols.learn(ev)
-        elif isinstance(ev, ThreadDef):  # --children: which process, too
-            names[ev.tid] = f"pid {ev.pid} {ev.name}" if ev.pid else ev.name
-        elif isinstance(ev, SampleWindow) and not ev.idle:  # CPU windows: samples of work
-            period_ms = (ev.t_end - ev.t_start) * 1000 / window_ticks(ev)
-            for tid, sid, n in sorted(
-                ev.counts, key=lambda r: (r[0], stacks[r[1]] if 0 <= r[1] < len(stacks) else ())
-            ):
-                if n <= 0 or not 0 <= sid < len(stacks):
-                    continue
-                stack = stacks[sid]
-                stage = classifier.stage_of(sid, [frames[f] for f in stack])
-                prof = threads.get(tid)
-                if prof is None:
-                    prof = threads[tid] = _Profile(f"thread {names.get(tid) or tid} ({tid})")
-                prof.add(stack, n * period_ms, ev.t_start, ev.t_end)
-                sp = stages.get(stage)
-                if sp is None:
-                    sp = stages[stage] = _Profile(f"stage {stage}")
-                sp.add(stack, n * period_ms, ev.t_start, ev.t_end)
+        match ev:
+            case FrameDef() | StackDef():
+                symbols.learn(ev)
+            case ThreadDef():  # --children: which process, too
+                names[ev.tid] = f"pid {ev.pid} {ev.name}" if ev.pid else ev.name
+            case SampleWindow() if not ev.idle:  # CPU windows: samples of work
+                period_ms = (ev.t_end - ev.t_start) * 1000 / window_ticks(ev)
+                for tid, sid, n in sorted(
+                    ev.counts, key=lambda r: (r[0], stacks[r[1]] if 0 <= r[1] < len(stacks) else ())
+                ):
+                    if n <= 0 or not 0 <= sid < len(stacks):
+                        continue
+                    stack = stacks[sid]
+                    stage = classifier.stage_of(sid, [frames[f] for f in stack])
+                    prof = threads.get(tid)
+                    if prof is None:
+                        prof = threads[tid] = _Profile(f"thread {names.get(tid) or tid} ({tid})")
+                    prof.add(stack, n * period_ms, ev.t_start, ev.t_end)
+                    sp = stages.get(stage)
+                    if sp is None:
+                        sp = stages[stage] = _Profile(f"stage {stage}")
+                    sp.add(stack, n * period_ms, ev.t_start, ev.t_end)
     rank = {s: i for i, s in enumerate(STAGES)}
     profiles = sorted(threads.values(), key=lambda p: -p.total) + sorted(
         stages.values(), key=lambda p: (rank.get(p.name[6:], len(rank)), p.name)

@@ -144,15 +144,16 @@ class _Merger:
         target = TargetInfo(pid=None)
         procs: dict[int, ProcessDef] = {}
         for ev in events:  # what the input says of its target and processes
-            if isinstance(ev, TargetInfo):
-                if target.pid is None or ev.pid in (None, target.pid):
-                    target = TargetInfo(
-                        ev.pid if ev.pid is not None else target.pid,
-                        target.cmdline or ev.cmdline, target.python or ev.python,
-                        target.torch or ev.torch, target.started or ev.started,
-                    )  # fmt: skip
-            elif isinstance(ev, ProcessDef):
-                procs[ev.pid] = ev
+            match ev:
+                case TargetInfo():
+                    if target.pid is None or ev.pid in (None, target.pid):
+                        target = TargetInfo(
+                            ev.pid if ev.pid is not None else target.pid,
+                            target.cmdline or ev.cmdline, target.python or ev.python,
+                            target.torch or ev.torch, target.started or ev.started,
+                        )  # fmt: skip
+                case ProcessDef():
+                    procs[ev.pid] = ev
         anchor = anchor_of(events)
         host = anchor.host if anchor else None
         tpid = target.pid or 0

@@ -65,13 +65,14 @@ class FindingsByChunk:
             self.t_last = t if self.t_last is None else max(self.t_last, t)
         if self.session is None:
             self.session = self._fresh()
-        if isinstance(ev, (StageRules,)):
+        if isinstance(ev, StageRules):
             return done
         self.session.apply(ev)
-        if isinstance(ev, TargetInfo):
-            self.target = self.session.target
-        elif isinstance(ev, ThreadDef):
-            self.threads = self.session.threads
+        match ev:
+            case TargetInfo():
+                self.target = self.session.target
+            case ThreadDef():
+                self.threads = self.session.threads
         return done
 
     def flush(self) -> ChunkFindings | None:

@@ -30,20 +30,21 @@ class GpuGroups:
         self.inputs: list[tuple[str, int]] = []  # merged input: (label, its target's pid)
 
     def observe(self, ev: Event) -> None:
-        if isinstance(ev, GpuReading):
-            for d in ev.devices:
-                if d.name:
-                    self.names.setdefault(d.index, d.name)
-                held = self.held.setdefault(d.index, {})
-                for pid, size in d.processes:
-                    held[pid] = held.get(pid, 0) + size
-        elif isinstance(ev, ProcessDef):
-            self.session.add(ev.pid)
-        elif isinstance(ev, Marker) and ev.text == MERGED_INPUT:
-            target = ev.extra.get("target", "")
-            label = ev.extra.get("host") or os.path.basename(ev.extra.get("input", ""))
-            if target.isdigit() and label:
-                self.inputs.append((label, int(target)))
+        match ev:
+            case GpuReading():
+                for d in ev.devices:
+                    if d.name:
+                        self.names.setdefault(d.index, d.name)
+                    held = self.held.setdefault(d.index, {})
+                    for pid, size in d.processes:
+                        held[pid] = held.get(pid, 0) + size
+            case ProcessDef():
+                self.session.add(ev.pid)
+            case Marker() if ev.text == MERGED_INPUT:
+                target = ev.extra.get("target", "")
+                label = ev.extra.get("host") or os.path.basename(ev.extra.get("input", ""))
+                if target.isdigit() and label:
+                    self.inputs.append((label, int(target)))
 
     def owners(self, target: int | None) -> dict[int, int]:
         """Device index -> the recorded pid whose group gets its counters; a device not listed
