@@ -12,6 +12,7 @@ Times are compared as Perfetto stores them: integer nanoseconds, ``round(µs × 
 
 from __future__ import annotations
 
+import bisect
 import gzip
 import json
 import math
@@ -174,7 +175,23 @@ def validate(doc: Any) -> Report:
                 continue
             stack2.append(s)
         rep.tracks[key] = [(a, b, n) for a, b, _, n in items]
-    # flows: every f has an s; both ends bind to a slice on their track
+    # flows: every f has an s; both ends bind to a slice on their track. A point is inside a
+    # slice [a, b) of its track when the latest end among the slices starting at or before it
+    # lies after it (or a zero-length slice sits on it): a bisection per point, not a scan
+    covers: dict[tuple, tuple[list[float], list[float], set[float]]] = {}
+
+    def inside_a_slice(track: tuple, ts: float) -> bool:
+        if track not in covers:
+            rows = sorted((a, b) for a, b, _ in rep.tracks.get(track, ()))
+            ends, top = [], float("-inf")
+            for _a, b in rows:
+                top = max(top, b)
+                ends.append(top)
+            covers[track] = ([a for a, _ in rows], ends, {a for a, b in rows if a == b})
+        starts, ends, points = covers[track]
+        i = bisect.bisect_right(starts, ts)
+        return (i > 0 and ends[i - 1] > ts) or ts in points
+
     for (cat, fid), parts in flows.items():
         if not parts.get("s"):
             rep.bad(f"flow {cat}/{fid}: no start (s)")
@@ -182,9 +199,7 @@ def validate(doc: Any) -> Report:
             rep.bad(f"flow {cat}/{fid}: no end (f)")
         for ph, rows in parts.items():
             for ts, pid, tid, bp in rows:
-                inside = any(
-                    a <= ts < b or (a == b == ts) for a, b, _ in rep.tracks.get((pid, tid), ())
-                )
+                inside = inside_a_slice((pid, tid), ts)
                 if not inside and not (ph == "f" and bp != "e"):
                     rep.bad(
                         f"flow {cat}/{fid}: {ph} at {ts} on track {(pid, tid)} is inside no slice"

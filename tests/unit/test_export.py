@@ -233,6 +233,12 @@ def test_the_validator_catches_what_viewers_reject() -> None:
         "counter text": [{"ph": "C", "pid": 1, "ts": 0, "name": "c", "args": {"v": "high"}}],
         "metadata": [{"ph": "M", "pid": 1, "tid": 1, "name": "thread_name", "args": {}}],
         "lonely flow": [{"ph": "s", "id": 1, "pid": 1, "tid": 1, "ts": 0, "cat": "x", "name": "y"}],
+        "flow off its slices": [
+            {"ph": "X", "pid": 1, "tid": 1, "ts": 0, "dur": 10, "name": "a"},
+            {"ph": "X", "pid": 1, "tid": 1, "ts": 2, "dur": 3, "name": "inner"},
+            {"ph": "s", "id": 2, "pid": 1, "tid": 1, "ts": 10, "cat": "x", "name": "y"},  # a's end
+            {"ph": "f", "id": 2, "pid": 1, "tid": 1, "ts": 4, "bp": "e", "cat": "x", "name": "y"},
+        ],
     }
     for what, events in bad.items():
         assert validate({"traceEvents": base + events}).problems, what
@@ -241,6 +247,10 @@ def test_the_validator_catches_what_viewers_reject() -> None:
         {"ph": "X", "pid": 1, "tid": 1, "ts": 0, "dur": 10, "name": "same"},
         {"ph": "B", "pid": 1, "tid": 1, "ts": 2, "name": "b"},
         {"ph": "E", "pid": 1, "tid": 1, "ts": 4},
+        # a flow from inside a nested slice to a zero-length slice on another track
+        {"ph": "X", "pid": 1, "tid": 2, "ts": 30, "dur": 0, "name": "z"},
+        {"ph": "s", "id": 3, "pid": 1, "tid": 1, "ts": 3, "cat": "x", "name": "y"},
+        {"ph": "f", "id": 3, "pid": 1, "tid": 2, "ts": 30, "bp": "e", "cat": "x", "name": "y"},
     ]
     assert validate({"traceEvents": base + ok}).problems == []
 
