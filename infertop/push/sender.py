@@ -103,8 +103,10 @@ class Sender:
         spool: Spool | None = None,
         queue_max: int = QUEUE_MAX,
         backoff_s: tuple[float, float] = (BACKOFF_FIRST_S, BACKOFF_MAX_S),
+        timeout_s: float = TIMEOUT_S,
     ) -> None:
         self.endpoint = endpoint
+        self.timeout_s = timeout_s  # one request's, and what close waits for the one in flight
         self.backoff_s = backoff_s
         self.spool = spool
         self.queue_max = max(1, queue_max)
@@ -157,7 +159,7 @@ class Sender:
             time.sleep(0.05)
         self._stop.set()
         self._wake.set()
-        self._thread.join(timeout=max(0.5, end - time.monotonic()) + TIMEOUT_S)
+        self._thread.join(timeout=max(0.5, end - time.monotonic()) + self.timeout_s)
         with self._lock:
             while self._queue:
                 self._overflow(self._queue.popleft())
@@ -201,7 +203,7 @@ class Sender:
                 continue
             e, spooled = nxt
             try:
-                post(self.endpoint, e)
+                post(self.endpoint, e, self.timeout_s)
             except Transient as exc:
                 with self._lock:
                     self._inflight = None  # while it waits, it may go to the spool

@@ -194,7 +194,7 @@ def test_submit_never_waits_for_a_backend_that_hangs(tmp_path) -> None:
     s.listen(1)  # accepts the connection, never answers
     try:
         ep = Endpoint.of("pyroscope", f"http://127.0.0.1:{s.getsockname()[1]}")
-        sender = Sender(ep, Spool(str(tmp_path), 1 << 20), backoff_s=FAST)
+        sender = Sender(ep, Spool(str(tmp_path), 1 << 20), backoff_s=FAST, timeout_s=1.0)
         t = time.perf_counter()
         for n in range(50):
             sender.submit(body(n))
