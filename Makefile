@@ -21,6 +21,13 @@ $(VENV312)/.installed: requirements-py312.txt
 	  $(PY312) -m venv $(VENV312) && $(VENV312)/bin/pip install -q -r requirements-py312.txt && touch $@; \
 	else echo "no Python 3.12 at $(PY312): the ASGI tests will skip"; fi
 
+# Holistic Trace Analysis in a venv of its own (requirements-hta.txt): the test that it reads
+# our Kineto export skips, saying so, without it
+VENVHTA := .venv-hta
+$(VENVHTA)/.installed: requirements-hta.txt
+	$(PYTHON) -m venv $(VENVHTA) && $(VENVHTA)/bin/pip install -q --no-deps -r requirements-hta.txt \
+	  && touch $@ || echo "could not install Holistic Trace Analysis: its test will skip"
+
 .PHONY: demo test test-fast bench
 demo: $(STAMP)
 	$(VENV)/bin/infertop demo
@@ -30,7 +37,7 @@ demo: $(STAMP)
 # accuracy only without another test beside them, and the user-nobody tests share one socket
 # folder (docs: README). Both phases run; the target fails if either did.
 WORKERS ?= 3
-test: $(STAMP) $(VENV312)/.installed
+test: $(STAMP) $(VENV312)/.installed $(VENVHTA)/.installed
 	@rc=0; \
 	$(PY) -m pytest -q -m "not solo" -n $(WORKERS) || rc=$$?; \
 	$(PY) -m pytest -q -m solo || rc=$$?; \

@@ -3,9 +3,9 @@
 HTA (PyPI ``holistictraceanalysis``, pandas-based) is the reference analysis. It is a
 bench-only dependency, installed in its own venv so it never touches infertop's:
 
-    python3 -m venv /tmp/htavenv && /tmp/htavenv/bin/pip install holistictraceanalysis
+    make .venv-hta/.installed       # requirements-hta.txt
     python benchmarks/bench_kineto.py [--trace tests/data/traces/a100_80gb_rank0.json.gz]
-                                       [--hta-python /tmp/htavenv/bin/python] [--repeat 3]
+                                       [--hta-python .venv-hta/bin/python] [--repeat 3]
 
 Measures wall time of whole processes (start-up included, as a user runs them):
 HTA loading the trace and computing its temporal breakdown; `infertop report --format json`
@@ -50,7 +50,7 @@ def timed(cmd: list[str]) -> tuple[float, str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trace", default=str(ROOT / "tests/data/traces/a100_80gb_rank0.json.gz"))
-    ap.add_argument("--hta-python", default="/tmp/htavenv/bin/python")
+    ap.add_argument("--hta-python", default=str(ROOT / ".venv-hta" / "bin" / "python"))
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="infertop-bench-")

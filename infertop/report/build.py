@@ -3,7 +3,6 @@ typed records (``report/records.py``)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 from infertop.analysis.findings import evaluate
@@ -12,25 +11,23 @@ from infertop.analysis.gpu_series import memory_summary, utilization_summary
 from infertop.analysis.snapshot import Snapshot
 from infertop.analysis.stages import IDLE
 from infertop.config import FindingThresholds
-from infertop.model.events import SyncStat
-from infertop.model.rows import MemcpyRow
 from infertop.report.pauses import gc_dict, loop_dict, requests_dict, tail_dict
 from infertop.report.records import (
     Gpu,
     Idle,
     Latency,
-    Memcpy,
     Op,
     Profiler,
     Report,
     Sampling,
     Source,
     Stage,
-    Sync,
     Target,
     TopFrame,
     as_json,
     finding_record,
+    memcpy_records,
+    sync_records,
 )
 from infertop.report.schema import REPORT_VERSION, TOP_OPS
 
@@ -127,17 +124,6 @@ def _ops(snap: Snapshot) -> list[Op]:
            mean_us=_r(o.mean_us, 3), shapes=o.shapes)
         for o in snap.torch.ops[:TOP_OPS]
     ]  # fmt: skip
-
-
-def memcpy_records(rows: Iterable[MemcpyRow]) -> list[Memcpy]:
-    return [
-        Memcpy(m.kind, m.host_memory, m.count, m.bytes, _r(m.total_us, 3), _r(m.mean_gbps, 3))
-        for m in rows
-    ]
-
-
-def sync_records(rows: Iterable[SyncStat]) -> list[Sync]:
-    return [Sync(y.name, y.count, _r(y.total_us, 3)) for y in rows]
 
 
 def _gpu(snap: Snapshot, available: bool, reason: str | None) -> Gpu:

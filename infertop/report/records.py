@@ -12,14 +12,21 @@ recording's ``incidents``). The deeper sections whose shape docs/report.md gives
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import msgspec
 from msgspec import UNSET, Struct, UnsetType
 
 from infertop.model import findings as model_findings
+from infertop.model.events import SyncStat
+from infertop.model.rows import MemcpyRow
 
 Json = dict[str, Any]
+
+
+def _r(x: float, nd: int = 3) -> float:
+    return round(float(x), nd)
 
 
 class Source(Struct):
@@ -217,6 +224,17 @@ AnyRecord = Report | TraceReport | TraceDirReport | Finding
 def as_json(record: AnyRecord) -> Json:
     """The record as JSON values (dicts, lists, numbers, strings), keys in schema order."""
     return msgspec.to_builtins(record)
+
+
+def memcpy_records(rows: Iterable[MemcpyRow]) -> list[Memcpy]:
+    return [
+        Memcpy(m.kind, m.host_memory, m.count, m.bytes, _r(m.total_us, 3), _r(m.mean_gbps, 3))
+        for m in rows
+    ]
+
+
+def sync_records(rows: Iterable[SyncStat]) -> list[Sync]:
+    return [Sync(y.name, y.count, _r(y.total_us, 3)) for y in rows]
 
 
 def finding_record(f: model_findings.Finding) -> Finding:

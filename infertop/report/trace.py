@@ -15,7 +15,6 @@ from typing import Any
 from infertop.analysis.findings import evaluate
 from infertop.analysis.findings.trace import trace_input
 from infertop.config import Config, FindingThresholds
-from infertop.report.build import memcpy_records, sync_records
 from infertop.report.records import (
     Op,
     Source,
@@ -25,9 +24,10 @@ from infertop.report.records import (
     TraceReport,
     as_json,
     finding_record,
+    memcpy_records,
+    sync_records,
 )
 from infertop.report.schema import REPORT_VERSION, TOP_OPS
-from infertop.report.text import render_markdown, render_text
 from infertop.trace.files import trace_files
 from infertop.trace.gpu import summarize_gpu
 from infertop.trace.table import KinetoTrace, read_trace
@@ -94,17 +94,18 @@ def build_ranks_report(path: str, config: Config | None = None) -> dict[str, Any
 
     The recording lives in memory only: op windows (a few kB each, one per step) and
     definitions; each trace's columns are dropped before the next is read."""
-    # here: a single trace's report does not load the recording report's modules
-    from infertop.record.format import MAJOR, MINOR
-    from infertop.record.import_ranks import rank_events
-    from infertop.record.reader import Recording
-    from infertop.report.recording import recording_report
-
     if not os.path.isdir(path):
         return None
     files = trace_files(path)
     if len(files) < 2:
         return None
+    # here, past the checks: a single trace's report does not load the recording report's
+    # modules (~110 ms of its start-up)
+    from infertop.record.format import MAJOR, MINOR
+    from infertop.record.import_ranks import rank_events
+    from infertop.record.reader import Recording
+    from infertop.report.recording import recording_report
+
     cfg = config or Config()
     th = cfg.findings
     own: list[TraceReport] = []
@@ -119,6 +120,7 @@ def build_ranks_report(path: str, config: Config | None = None) -> dict[str, Any
 def render_ranks_text(rep: dict[str, Any], markdown: bool = False) -> str:
     """A directory's report (``build_ranks_report``): the recording's text, then what import
     noted and where each rank's own trace report is."""
+    from infertop.report.text import render_markdown, render_text  # here: as build_ranks_report
     body = render_markdown(rep) if markdown else render_text(rep)
     tail = [f"{'- ' if markdown else ''}import: {n}" for n in rep.get("import_notes", [])]
     tail.append(
