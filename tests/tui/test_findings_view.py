@@ -13,7 +13,8 @@ from infertop.record.reader import read_recording
 from infertop.sources import ReplaySource
 from infertop.tui import create_app
 from infertop.tui.screens.findings import FindingsScreen, evidence_lines
-from infertop.tui.widgets.flame import FlameList, FlamePanel
+from infertop.tui.widgets.flame import FlameList
+from infertop.tui.widgets.flame_panel import FlamePanel
 from infertop.tui.widgets.ops import OpsTable
 from tests.support import data
 

@@ -19,7 +19,8 @@ from infertop.config import Config
 from infertop.record.reader import read_recording
 from infertop.sources import ReplaySource
 from infertop.tui import create_app, flame_search
-from infertop.tui.widgets.flame import FlameList, FlamePanel
+from infertop.tui.widgets.flame import FlameList
+from infertop.tui.widgets.flame_panel import FlamePanel
 
 
 @pytest.fixture

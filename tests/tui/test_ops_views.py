@@ -14,7 +14,8 @@ from infertop.model.events import CollectorStatus
 from infertop.record.reader import read_recording
 from infertop.sources import ReplaySource
 from infertop.tui import create_app
-from infertop.tui.widgets.flame import FlameList, FlamePanel
+from infertop.tui.widgets.flame import FlameList
+from infertop.tui.widgets.flame_panel import FlamePanel
 from infertop.tui.widgets.ops import OpsTable, header_line, no_ops_reason, short_name
 from infertop.tui.widgets.status import StatusLine
 

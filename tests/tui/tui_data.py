@@ -26,7 +26,7 @@ from infertop.model.events import (
     TargetInfo,
 )
 from infertop.record.writer import RecordingWriter
-from infertop.tui.widgets.flame import FlamePanel
+from infertop.tui.widgets.flame_panel import FlamePanel
 from infertop.tui.widgets.timeline import Timeline
 from tests.collect.ops_data import make_allocator, make_op_window
 

@@ -7,48 +7,42 @@ so they survive new snapshots and a switch of style. The icicle's layout is
 the breadcrumb and the detail line are ``widgets/flame_rows.py``; matching and the share of a
 search are ``infertop.tui.flame_search``. The same widget draws the torch-ops flame
 (``mode = "ops"``: ops → child ops → kernels, in µs, from the agent's profiler windows).
-``FlamePanel`` is the lower panel: the Python flame, the torch-ops flame or the ops table
-(``VIEWS``) under one header line, and under a flame the selected frame's detail line (or the
-search line).
+Its keys are ``widgets/flame_keys.py``. ``FlamePanel`` (``widgets/flame_panel.py``) is the lower
+panel: the Python flame, the torch-ops flame or the ops table (``VIEWS``) under one header line,
+and under a flame the selected frame's detail line (or the search line).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 
 from rich.segment import Segment
 from rich.style import Style
-from rich.text import Text
 from textual import events
-from textual.app import ComposeResult
-from textual.binding import Binding
-from textual.containers import Vertical
 from textual.geometry import Size
 from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
-from textual.widgets import Input, Static
 
 from infertop.analysis.flame import FlameNode
 from infertop.analysis.flame_diff import BaseShares, path_key
 from infertop.analysis.snapshot import Snapshot
 from infertop.model.events import Frame
 from infertop.tui import flame_search
-from infertop.tui.flame_search import Finisher, Search, search, search_text
+from infertop.tui.flame_search import Finisher, Search, search
 from infertop.tui.icicle import IcicleLayout, deepest_shown
 from infertop.tui.palette import diff_color
+from infertop.tui.widgets.flame_keys import FLAME_BINDINGS
 from infertop.tui.widgets.flame_rows import (
     MIN_SHARE,
     FlameRow,
     breadcrumb,
     flame_rows,
-    frame_detail,
     list_strip,
     ops_label,
 )
 from infertop.tui.widgets.icicle import by_stage, icicle_strip, python_label
-from infertop.tui.widgets.ops import OpsTable, no_ops_reason, visible_rows
+from infertop.tui.widgets.ops import no_ops_reason
 
 __all__ = [  # the list's pieces are re-exported from flame_rows, where they live
     "MIN_SHARE",
@@ -56,9 +50,7 @@ __all__ = [  # the list's pieces are re-exported from flame_rows, where they liv
     "VIEWS",
     "VIEW_TITLES",
     "FlameList",
-    "FlamePanel",
     "FlameRow",
-    "SearchInput",
     "breadcrumb",
     "flame_rows",
 ]
@@ -75,90 +67,7 @@ class FlameList(ScrollView, can_focus=True, inherit_bindings=False):
     narrow to draw) falls back to its nearest ancestor on screen; a zoom that is gone, to the
     root."""
 
-    BINDINGS = [
-        Binding(
-            "up",
-            "up",
-            "Up",
-            show=False,
-            tooltip="flame: the caller (icicle) · the row above (list)",
-            key_display="↑",
-        ),
-        Binding(
-            "down",
-            "down",
-            "Down",
-            show=False,
-            tooltip="flame: a callee — the one you came up from, else the widest (icicle) · "
-            "the row below (list)",
-            key_display="↓",
-        ),
-        Binding(
-            "left",
-            "side(-1)",
-            "Left",
-            show=False,
-            tooltip="flame: the frame to the left on the same row (icicle) · the caller (list)",
-            key_display="←",
-        ),
-        Binding(
-            "right",
-            "side(1)",
-            "Right",
-            show=False,
-            tooltip="flame: the frame to the right on the same row (icicle) · the widest "
-            "callee (list)",
-            key_display="→",
-        ),
-        Binding(
-            "pageup",
-            "page(-1)",
-            "PgUp",
-            show=False,
-            tooltip="flame: a page up (list) · as many callers up (icicle)",
-            key_display="pgup",
-        ),
-        Binding(
-            "pagedown",
-            "page(1)",
-            "PgDn",
-            show=False,
-            tooltip="flame: a page down (list) · as many callees down (icicle)",
-            key_display="pgdn",
-        ),
-        Binding(
-            "enter",
-            "zoom_in",
-            "Zoom",
-            tooltip="flame: zoom into the selected frame (it becomes the root); a click "
-            "selects a frame, a second click zooms",
-        ),
-        Binding(
-            "escape",
-            "escape",
-            "Out",
-            key_display="esc",
-            tooltip="flame: clear the search highlight, else zoom out one level",
-        ),
-        Binding("backspace", "zoom_out", "Out", show=False, tooltip="flame: zoom out one level"),
-        Binding(
-            "t",
-            "toggle_style",
-            "Tree",
-            show=False,
-            tooltip="flame: icicle graph ↔ indented list (the zoom and the selection stay)",
-        ),
-        Binding(
-            "slash",
-            "search",
-            "Find",
-            show=False,
-            key_display="/",
-            tooltip="flame: search frames by function or file, a substring or a glob "
-            "(tokeniz*): matches are highlighted and the header gives their share; enter "
-            "keeps the highlight, esc clears it",
-        ),
-    ]
+    BINDINGS = FLAME_BINDINGS
 
     class Changed(Message):
         """The zoom, the selection, the search or the data changed: the panel redraws its
@@ -555,157 +464,3 @@ class FlameList(ScrollView, can_focus=True, inherit_bindings=False):
         if snap.stage_filter:
             return f"no samples in stage {snap.stage_filter}"
         return "no Python stacks yet"
-
-
-class SearchInput(Input):
-    """The flame's one-line search (``/``): enter keeps the highlight, esc clears it."""
-
-    BINDINGS = [Binding("escape", "cancel", "Clear", show=False)]
-
-    class Cancelled(Message):
-        """Esc: the search is cleared."""
-
-    def action_cancel(self) -> None:
-        self.post_message(self.Cancelled())
-
-
-class FlamePanel(Vertical):
-    """The lower panel under a header bar: the Python flame, the torch-ops flame or the ops
-    table (``view``), with the stage filter and, for the flames, the style, the zoom
-    breadcrumb and a search's share; under a flame, the selected frame's detail line (or the
-    search line while a search is typed)."""
-
-    def __init__(self, *, id: str | None = None) -> None:
-        super().__init__(id=id)
-        self.view = "python"
-
-    def compose(self) -> ComposeResult:
-        yield Static(id="flame-header")
-        yield FlameList(id="flame-list")
-        yield OpsTable(id="ops-table")
-        yield Static(id="flame-detail")
-        yield SearchInput(
-            placeholder="search: function or file, substring or glob (tokeniz*) · "
-            "enter keeps · esc clears",
-            id="flame-search",
-            compact=True,
-        )
-
-    def on_mount(self) -> None:
-        self.ops_table.display = False
-        self.search_input.display = False
-        self._update_header()
-
-    @property
-    def flame_list(self) -> FlameList:
-        return self.query_one(FlameList)
-
-    @property
-    def ops_table(self) -> OpsTable:
-        return self.query_one(OpsTable)
-
-    @property
-    def search_input(self) -> SearchInput:
-        return self.query_one(SearchInput)
-
-    @property
-    def detail(self) -> Static:
-        return self.query_one("#flame-detail", Static)
-
-    def show(self, snapshot: Snapshot) -> None:
-        self.flame_list.show(snapshot)
-        self.ops_table.show(snapshot)
-        self._update_header()
-
-    def set_view(self, view: str) -> None:
-        """Show ``view`` (one of ``VIEWS``) and give it the focus."""
-        self.view = view
-        table = view == "table"
-        self.flame_list.display = not table
-        self.ops_table.display = table
-        self.detail.display = not table
-        self.search_input.display = False
-        if not table:
-            self.flame_list.set_mode(view)
-        (self.ops_table if table else self.flame_list).focus()
-        self._update_header()
-
-    # -- search ------------------------------------------------------------------------------
-    def on_flame_list_search_requested(self, event: FlameList.SearchRequested) -> None:
-        event.stop()
-        box = self.search_input
-        box.value = self.flame_list.pattern
-        self.detail.display = False
-        box.display = True
-        box.focus()
-
-    def on_input_changed(self, event: Input.Changed) -> None:
-        event.stop()
-        if self.search_input.display:
-            self.flame_list.set_search(event.value)
-
-    def on_input_submitted(self, event: Input.Submitted) -> None:
-        event.stop()
-        self._close_search(event.value)
-
-    def on_search_input_cancelled(self, event: SearchInput.Cancelled) -> None:
-        event.stop()
-        self._close_search("")
-
-    def _close_search(self, pattern: str) -> None:
-        self.flame_list.set_search(pattern)
-        self.search_input.display = False
-        self.detail.display = self.view != "table"
-        self.flame_list.focus()
-
-    # -- header and detail -------------------------------------------------------------------
-    def on_flame_list_changed(self, event: FlameList.Changed) -> None:
-        event.stop()
-        self._update_header()
-
-    def on_resize(self) -> None:
-        self._update_header()
-
-    def header_text(self, width: int) -> str:
-        """``Python icicle  ·  stage: all  ·  path: all › main › forward (12.3%)``, then a
-        search's share (``  ·  /tokeniz*: 26.1 %``), fitted to ``width``; the first words
-        say which view this is, and how it is drawn."""
-        flame = self.flame_list
-        snap = flame.snapshot
-        stage = f"stage: {snap.stage_filter if snap and snap.stage_filter else 'all'}"
-        if self.view == "table":
-            parts = ["ops table by self time", stage, f"{len(visible_rows(snap))} rows"]
-            if snap is not None and snap.torch.windows:
-                parts.append(f"{snap.torch.windows} windows, {snap.torch.seconds:.1f} s profiled")
-            text = "  ·  ".join(parts)
-            return text if len(text) <= width else text[: max(1, width - 1)] + "…"
-        if self.view == "ops":
-            head = f"torch ops {flame.style}, µs (op CPU + kernel GPU)  ·  "
-            head = head if len(head) + 40 <= width else f"torch ops {flame.style} µs  ·  "
-        else:
-            head = f"Python {flame.style}  ·  "
-            if flame.base is not None and snap is not None and snap.ui.base_path:
-                head += f"vs base {os.path.basename(snap.ui.base_path)} (red grew, blue shrank)  ·  "
-        head += f"{stage}  ·  path: "
-        zoom, root = flame.zoom_node, flame.root
-        share = ""
-        if flame.zoom and zoom is not None and root is not None and root.total:
-            share = f" ({zoom.total / root.total * 100:.1f}%)"
-        found = search_text(flame.found)
-        found = "  ·  /" + found if found else ""
-        crumb = breadcrumb(flame.zoom, max(8, width - len(head) - len(share) - len(found)))
-        return head + crumb + share + found
-
-    def _update_header(self) -> None:
-        snap = self.flame_list.snapshot
-        width = max(20, self.content_region.width - 2)
-        self.query_one("#flame-header", Static).update(Text(" " + self.header_text(width)))
-        if self.view != "table":
-            flame = self.flame_list
-            zoom = flame.zoom_node if flame.zoom else None
-            detail = frame_detail(
-                flame.selected, flame.root, zoom, flame.mode == "ops", width, flame.base,
-                own=flame.own_shares,
-            )  # fmt: skip
-            self.detail.update(detail)
-        self.set_class(snap is not None and snap.stage_filter is not None, "-filtered")
