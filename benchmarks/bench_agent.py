@@ -36,7 +36,7 @@ from bench_overhead import read_requests  # noqa: E402
 
 from infertop.agent import protocol as P  # noqa: E402
 from infertop.agent.inject import inject  # noqa: E402
-from infertop.collect.agent_client import AgentConfig  # noqa: E402
+from infertop.collect.agent.client import AgentConfig  # noqa: E402
 
 MODES = ("none", "agent", "infertop", "continuous")
 

@@ -25,7 +25,7 @@ from infertop.analysis.stages import IDLE, StageClassifier
 from infertop.analysis.tail import CallSampleIndex
 from infertop.analysis.wall import WallAttribution, by_thread_stages
 from infertop.analysis.windows import WindowSummary, WindowTotals, split_by_pid
-from infertop.collect.agent_client import RawCallSamples
+from infertop.collect.agent.client import RawCallSamples
 from infertop.collect.pyspy import RawSampleWindow
 from infertop.model.events import (
     AllocatorReading,

@@ -2,11 +2,10 @@
 process trees (layer: collectors, above agent and model). Import the modules by name."""
 
 __all__ = [
-    "agent_attach",
-    "agent_client",
+    "agent",
     "base",
-    "child_agents",
     "many_targets",
+    "matched",
     "nvml",
     "pyspy",
     "target",

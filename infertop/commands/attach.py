@@ -9,7 +9,7 @@ from infertop.commands.base import Command
 from infertop.commands.common import add_collect_flags, add_record_flag, need_tty, targets
 
 if TYPE_CHECKING:
-    from infertop.collect.agent_client import AgentConfig
+    from infertop.collect.agent.client import AgentConfig
 
 
 def add_arguments(p: argparse.ArgumentParser, agent: AgentConfig | None) -> None:

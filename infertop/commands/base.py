@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
-    from infertop.collect.agent_client import AgentConfig
+    from infertop.collect.agent.client import AgentConfig
 
 
 class Command(NamedTuple):

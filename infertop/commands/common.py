@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from infertop.errors import UsageError
 
 if TYPE_CHECKING:
-    from infertop.collect.agent_client import AgentConfig
+    from infertop.collect.agent.client import AgentConfig
     from infertop.config import Config
     from infertop.model.events import TargetInfo
 
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 def agent_defaults() -> AgentConfig:
     # imported here: the agent client (sockets, the event model) costs the file commands
     # ~25 ms of start-up
-    from infertop.collect.agent_client import AgentConfig
+    from infertop.collect.agent.client import AgentConfig
 
     return AgentConfig()
 

@@ -11,7 +11,7 @@ from infertop.commands.base import Command
 from infertop.commands.common import add_record_flag, need_tty
 
 if TYPE_CHECKING:
-    from infertop.collect.agent_client import AgentConfig
+    from infertop.collect.agent.client import AgentConfig
 
 
 def add_arguments(p: argparse.ArgumentParser, agent: AgentConfig | None) -> None:

@@ -12,7 +12,7 @@ from infertop.commands.common import add_config_flags, load_cfg
 from infertop.errors import EXIT_OK, EXIT_REGRESSION, UsageError
 
 if TYPE_CHECKING:
-    from infertop.collect.agent_client import AgentConfig
+    from infertop.collect.agent.client import AgentConfig
 
 DESCRIPTION = (
     "Per-call latency (stage calls, ProfilerStep#N and other annotations) p50/p95, "

@@ -12,7 +12,7 @@ from infertop.errors import EXIT_OK
 from infertop.export.formats import FORMATS
 
 if TYPE_CHECKING:
-    from infertop.collect.agent_client import AgentConfig
+    from infertop.collect.agent.client import AgentConfig
 
 DESCRIPTION = (
     "chrome: Trace Event Format JSON for Perfetto / chrome://tracing (gzip when OUT "

@@ -10,7 +10,7 @@ from infertop.commands.base import Command
 from infertop.errors import EXIT_OK
 
 if TYPE_CHECKING:
-    from infertop.collect.agent_client import AgentConfig
+    from infertop.collect.agent.client import AgentConfig
 
 DESCRIPTION = """\
 Combine recordings made on different hosts (or of different services) into one

@@ -11,7 +11,7 @@ from infertop.commands.common import add_config_flags, load_cfg, need_tty
 from infertop.errors import EXIT_OK
 
 if TYPE_CHECKING:
-    from infertop.collect.agent_client import AgentConfig
+    from infertop.collect.agent.client import AgentConfig
 
 
 def add_arguments(p: argparse.ArgumentParser, _agent: AgentConfig | None) -> None:

@@ -11,7 +11,7 @@ from infertop.commands.common import add_collect_flags, add_record_flag, need_tt
 from infertop.errors import UsageError
 
 if TYPE_CHECKING:
-    from infertop.collect.agent_client import AgentConfig
+    from infertop.collect.agent.client import AgentConfig
 
 
 def add_arguments(p: argparse.ArgumentParser, agent: AgentConfig | None) -> None:

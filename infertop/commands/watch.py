@@ -14,7 +14,7 @@ from infertop.commands.push_flags import add_push_flags, push_options
 from infertop.errors import UsageError
 
 if TYPE_CHECKING:
-    from infertop.collect.agent_client import AgentConfig
+    from infertop.collect.agent.client import AgentConfig
 
 DESCRIPTION = """\
 Watch a process for hours at the default cost, keep the last --before seconds in memory, and

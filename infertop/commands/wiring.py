@@ -19,7 +19,7 @@ from infertop.errors import EXIT_OK, UsageError
 from infertop.model.events import CollectorStatus, TargetInfo
 
 if TYPE_CHECKING:
-    from infertop.collect.agent_client import AgentConfig
+    from infertop.collect.agent.client import AgentConfig
     from infertop.config import Config
 
 
@@ -72,7 +72,7 @@ def build_collectors(
     of pids."""
     # imported here: a command that fails its checks first (no terminal, a bad pid) exits
     # without loading the collectors
-    from infertop.collect.agent_attach import AgentAttach
+    from infertop.collect.agent.attach import AgentAttach
     from infertop.collect.many_targets import ManyTargets
     from infertop.collect.nvml import NvmlCollector
     from infertop.collect.pyspy import PySpyCollector
@@ -98,7 +98,7 @@ def build_collectors(
     collectors.append(AgentAttach(target.pid, agent, target))
     if children or others:
         # imported here: only sessions of several processes need it
-        from infertop.collect.child_agents import ChildAgents
+        from infertop.collect.agent.children import ChildAgents
 
         roots = [target.pid, *others]
         collectors.append(ChildAgents(roots, agent, extra_targets=list(others), children=children))
@@ -110,7 +110,7 @@ def _matched_collectors(
 ) -> tuple[list[Collector], list[CollectorStatus]]:
     """``watch --match``: one sampler per matching process, the agents and NVML following the
     same list of pids as it changes."""
-    from infertop.collect.child_agents import ChildAgents
+    from infertop.collect.agent.children import ChildAgents
     from infertop.collect.matched import MatchedTargets, Pattern
     from infertop.collect.nvml import NvmlCollector
 

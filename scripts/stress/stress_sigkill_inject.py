@@ -81,7 +81,7 @@ def remove_boot_files(pid: int) -> None:
 def detach_agent(pid: int) -> None:
     sys.path.insert(0, str(ROOT))
     from infertop.agent import protocol
-    from infertop.collect.agent_attach import _detach
+    from infertop.collect.agent.attach import _detach
 
     sock = protocol.socket_path(pid, os.geteuid())
     if os.path.exists(sock):

@@ -143,7 +143,7 @@ def start_target(
 
 
 class Client:
-    """A minimal protocol client (the real one lives in infertop/collect/agent_client.py)."""
+    """A minimal protocol client (the real one lives in infertop/collect/agent/client.py)."""
 
     def __init__(self, path: str, timeout: float = 15.0) -> None:
         self.sock = P.connect(path, timeout=timeout)

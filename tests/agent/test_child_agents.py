@@ -9,8 +9,8 @@ import time
 import pytest
 from agenthelpers import wait_until
 
-from infertop.collect.agent_client import AgentConfig
-from infertop.collect.child_agents import ChildAgents
+from infertop.collect.agent.children import ChildAgents
+from infertop.collect.agent.client import AgentConfig
 from infertop.model.events import CollectorStatus, OpWindow
 
 pytestmark = pytest.mark.slow

@@ -13,7 +13,7 @@ import time
 from infertop.agent.payload.callsamples import _CallSamplerMixin, sample_message, stack_of
 from infertop.agent.payload.constants import DEFAULT_CONFIG
 from infertop.agent.payload.pauses import _PausesMixin, running_loops
-from infertop.collect.agent_client import convert
+from infertop.collect.agent.client import convert
 from infertop.model.events import GcPause, LoopLag
 
 

@@ -13,8 +13,8 @@ import pytest
 from agenthelpers import fds, rss_kb, sockets, threads, wait_until
 
 from infertop.agent import protocol as P
-from infertop.collect.agent_attach import AgentAttach
-from infertop.collect.agent_client import AgentConfig
+from infertop.collect.agent.attach import AgentAttach
+from infertop.collect.agent.client import AgentConfig
 from infertop.model.events import OpWindow
 
 pytestmark = pytest.mark.slow

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from infertop.collect.agent_client import encode_frame
+from infertop.collect.agent.client import encode_frame
 
 Script = Callable[["FakeAgent", socket.socket], None]
 

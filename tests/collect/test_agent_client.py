@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from infertop.analysis.session import Session
-from infertop.collect.agent_client import (
+from infertop.collect.agent.client import (
     MAX_FRAME,
     AgentCollector,
     AgentConfig,

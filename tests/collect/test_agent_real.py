@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from infertop.collect.agent_client import AgentCollector, AgentConfig
+from infertop.collect.agent.client import AgentCollector, AgentConfig
 from infertop.model.events import CollectorStatus, OpWindow, StageSpan, TargetInfo
 
 pytest.importorskip("torch")

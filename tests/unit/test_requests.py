@@ -8,7 +8,7 @@ import pytest
 
 import infertop.annotate as annotate
 from infertop.analysis.requests import join_by_time, requests_of, summarize_requests
-from infertop.collect.agent_client import convert
+from infertop.collect.agent.client import convert
 from infertop.model.events import StageSpan
 from infertop.record.format import decode_event, encode_event
 

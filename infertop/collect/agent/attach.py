@@ -14,7 +14,7 @@ import threading
 import time
 
 from infertop.agent import protocol
-from infertop.collect.agent_client import AgentCollector, AgentConfig
+from infertop.collect.agent.client import AgentCollector, AgentConfig
 from infertop.collect.base import drain
 from infertop.model.events import CollectorStatus, Event, TargetInfo
 

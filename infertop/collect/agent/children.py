@@ -20,8 +20,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 
-from infertop.collect.agent_attach import AgentAttach
-from infertop.collect.agent_client import AgentConfig, RawCallSamples
+from infertop.collect.agent.attach import AgentAttach
+from infertop.collect.agent.client import AgentConfig, RawCallSamples
 from infertop.collect.tree import descendants, gone
 from infertop.model.events import (
     AllocatorReading,
