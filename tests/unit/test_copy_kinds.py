@@ -9,8 +9,8 @@ import gzip
 import json
 from pathlib import Path
 
-from infertop.cli import main
 from tests.support import data
+from tests.support.roads import both_roads
 
 HTOH = "Memcpy HtoH (Pinned -> Pageable)"
 MEMSET = "Memset (Pageable)"
@@ -29,19 +29,13 @@ def _trace_with_rare_copies(tmp_path: Path) -> Path:
     return out
 
 
-def _memcpy_rows(capsys, path: str) -> dict[tuple[str, str], int]:
-    capsys.readouterr()
-    assert main(["report", path, "--format", "json"]) == 0
-    rep = json.loads(capsys.readouterr().out)
+def _memcpy_rows(rep: dict) -> dict[tuple[str, str], int]:
     return {(r["kind"], r["host_memory"]): r["count"] for r in rep["gpu"]["memcpy"]}
 
 
 def test_rare_copy_kinds_land_in_one_row_by_both_roads(capsys, tmp_path: Path) -> None:
-    trace = _trace_with_rare_copies(tmp_path)
-    direct = _memcpy_rows(capsys, str(trace))
-    rec = tmp_path / "rare.infertop"
-    assert main(["import", str(trace), "-o", str(rec)]) == 0
-    imported = _memcpy_rows(capsys, str(rec))
+    reports = both_roads(capsys, _trace_with_rare_copies(tmp_path), tmp_path)
+    direct, imported = (_memcpy_rows(r) for r in reports)
     assert direct == imported
     assert direct[("HtoH", "pageable")] == 1  # pinned to pageable: the pageable side counts
     assert direct[("memset", "pageable")] == 1

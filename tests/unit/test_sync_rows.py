@@ -9,8 +9,8 @@ import gzip
 import json
 from pathlib import Path
 
-from infertop.cli import main
 from tests.support import data
+from tests.support.roads import both_roads
 
 TRACE = "a100_alexnet_pageable_memcpy.json.gz"
 
@@ -30,22 +30,12 @@ def _with_a_blocking_memcpy(tmp_path: Path) -> Path:
     return out
 
 
-def _report(capsys, path: str) -> dict:
-    capsys.readouterr()
-    assert main(["report", path, "--format", "json"]) == 0
-    return json.loads(capsys.readouterr().out)
-
-
 def _rows(rep: dict) -> dict[str, tuple[int, float]]:
     return {r["name"]: (r["count"], round(r["total_us"], 1)) for r in rep["gpu"]["syncs"]}
 
 
 def test_a_trace_and_its_import_list_the_same_syncs(capsys, tmp_path: Path) -> None:
-    trace = _with_a_blocking_memcpy(tmp_path)
-    direct = _report(capsys, str(trace))
-    rec = tmp_path / "blocking.infertop"
-    assert main(["import", str(trace), "-o", str(rec)]) == 0
-    imported = _report(capsys, str(rec))
+    direct, imported = both_roads(capsys, _with_a_blocking_memcpy(tmp_path), tmp_path)
     assert _rows(direct) == _rows(imported), (direct["gpu"]["syncs"], imported["gpu"]["syncs"])
     assert _rows(direct)["cudaMemcpy"][0] == 1
     # Kineto's own sync events are rows too, and their count is still the trace's sync_events
