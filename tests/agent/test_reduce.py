@@ -358,6 +358,7 @@ def test_kineto_events_clamps_unfinished_ops_and_reads_bytes():
     assert out[2][7] == 4096 and out[2][6] == 1
 
 
+@pytest.mark.slow  # in-process, but seconds long: not in make test-fast
 def test_window_stop_removes_op_callbacks_before_finalising():
     """The agent's stop: after ``_remove_op_callbacks`` another thread's ops are no longer
     recorded (so none can be inside the profiler's per-thread queues while they are finalised),

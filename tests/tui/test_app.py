@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from tui_data import (
     flame_header,
     position,
@@ -196,6 +197,7 @@ async def test_question_mark_opens_help_and_escape_closes_it(replay_source: Repl
         assert app.query_one(FlameList).zoom == []  # escape closed help, it did not reach the list
 
 
+@pytest.mark.slow  # in-process, but seconds long: not in make test-fast
 async def test_replay_keys_move_the_timeline(replay_source: ReplaySource) -> None:
     app = create_app(replay_source, title="t")
     async with app.run_test(size=(80, 24)) as pilot:

@@ -204,6 +204,7 @@ async def test_the_selection_and_the_zoom_survive_a_snapshot_with_reordered_coun
         assert flame.zoom == [] and function(flame) == "other"
 
 
+@pytest.mark.slow  # in-process, but seconds long: not in make test-fast
 async def test_a_deep_stack_scrolls_to_keep_the_selection_in_view() -> None:
     app = FlameHost()
     async with app.run_test(size=(80, 12)) as pilot:

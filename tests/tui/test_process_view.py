@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from tui_data import screen_text, shows, started, wait_for
 
 from infertop.config import Config
@@ -136,6 +137,7 @@ def _gpu_memory(app) -> list[tuple[int, int]]:  # noqa: ANN001
     return [(d.index, d.process_memory) for d in app.displayed.nvml.devices]
 
 
+@pytest.mark.slow  # in-process, but seconds long: not in make test-fast
 async def test_process_selector_lists_every_process_and_shows_the_chosen_one(tmp_path: Path) -> None:
     path = tmp_path / "tree.infertop"
     _tree_recording(path)

@@ -15,6 +15,7 @@ KEYS = ["o", "o", "o", "f", "f", "i", "escape", "question_mark", "escape", "ente
 
 
 @pytest.mark.parametrize("kind", ["live", "replay"])
+@pytest.mark.slow  # in-process, but seconds long: not in make test-fast
 async def test_tiny_terminal_and_back(kind: str, live_source: LiveSource,
                                       replay_source: ReplaySource) -> None:  # fmt: skip
     source = live_source if kind == "live" else replay_source

@@ -84,6 +84,7 @@ def _slower_kernels(src: Path, dst: Path, factor: float) -> None:
     dst.write_bytes(gzip.compress(json.dumps(doc).encode()))
 
 
+@pytest.mark.slow  # in-process, but seconds long: not in make test-fast
 def test_kineto_traces_per_step(tmp_path) -> None:
     trace = TRACES / "v100_training_rank0.json.gz"
     same = _diff(str(trace), str(trace), "--fail-above", "0")

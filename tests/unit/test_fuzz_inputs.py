@@ -217,6 +217,7 @@ def alexnet() -> dict:
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rng=st.randoms(use_true_random=False))
+@pytest.mark.slow  # in-process, but seconds long: not in make test-fast
 def test_mutated_traces_read_or_refuse_cleanly(alexnet: dict, rng: random.Random) -> None:
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "t.json")

@@ -209,6 +209,7 @@ def test_submit_never_waits_for_a_backend_that_hangs(tmp_path) -> None:
 
 # -- the watcher pushing a stand-in collector's samples ------------------------------------------
 @needs_go
+@pytest.mark.slow  # in-process, but seconds long: not in make test-fast
 def test_watch_pushes_one_pprof_per_interval_that_go_pprof_reads(tmp_path) -> None:
     with Receiver().start() as rx:
         push = PushOptions(Endpoint.of("pyroscope", rx.url, tenant="t1"), interval_s=1.0,
@@ -318,6 +319,7 @@ def test_otlp_request_holds_the_same_samples_as_the_pprof() -> None:
     assert sum(by.values()) == 100 * period
 
 
+@pytest.mark.slow  # in-process, but seconds long: not in make test-fast
 def test_watch_push_otlp_sends_protobuf_to_the_development_path(tmp_path) -> None:
     pytest.importorskip("opentelemetry.proto.collector.profiles.v1development.profiles_service_pb2")
     with Receiver().start() as rx:
@@ -335,6 +337,7 @@ def test_watch_push_otlp_sends_protobuf_to_the_development_path(tmp_path) -> Non
                       for (names, stage, thread) in by)  # fmt: skip
 
 
+@pytest.mark.slow  # in-process, but seconds long: not in make test-fast
 def test_watch_json_says_what_was_pushed_and_what_was_dropped(tmp_path) -> None:
     import io
     import json

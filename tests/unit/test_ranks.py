@@ -10,6 +10,8 @@ import json
 import time
 from pathlib import Path
 
+import pytest
+
 from infertop.analysis.stragglers import Step, find_stragglers
 from infertop.config import FindingThresholds
 from infertop.model.events import OpWindow, ProcessDef, ThreadDef
@@ -91,6 +93,7 @@ def pytest_approx(x: float, tol: float):  # type: ignore[no-untyped-def]
     return pytest.approx(x, abs=tol)
 
 
+@pytest.mark.slow  # in-process, but seconds long: not in make test-fast
 def test_v100_ranks_without_nccl_compare_plain_step_time(tmp_path: Path) -> None:
     d = rank_dir(tmp_path, "v100_training_rank0", [1.0, 1.0, 1.3])
     _, rep, took = imported(d, tmp_path)
