@@ -24,6 +24,7 @@ from infertop.model.events import (
     Event,
     FrameDef,
     GcPause,
+    GenerationCall,
     LoopLag,
     Marker,
     OpWindow,
@@ -153,7 +154,7 @@ class LiveSource:
 def event_time(ev: Event) -> float | None:
     """When an event happened, for replay; None for definitions (they take the next time)."""
     match ev:
-        case SampleWindow() | StageSpan() | OpWindow() | GcPause():
+        case SampleWindow() | StageSpan() | OpWindow() | GcPause() | GenerationCall():
             return ev.t_end
         case CollectorStatus() | TargetExited() | Marker() | AllocatorReading() | GpuReading():
             return ev.t

@@ -34,6 +34,7 @@ from infertop.model.events import (
     Event,
     FrameDef,
     GcPause,
+    GenerationCall,
     LoopLag,
     Marker,
     OpWindow,
@@ -47,6 +48,10 @@ from infertop.model.events import (
 )
 from infertop.model.gpu import GpuReading
 from infertop.model.symbols import SymbolTable
+
+#: generation calls a session keeps (the oldest tenth goes when there are more): a day of a
+#: busy generation loop's calls would otherwise grow without end
+MAX_GENERATIONS = 50_000
 
 
 @dataclass
@@ -70,6 +75,9 @@ class Session:
     gc_pauses: list[GcPause] = field(default_factory=list)
     loop_lags: list[LoopLag] = field(default_factory=list)
     call_samples: CallSampleIndex = field(default_factory=CallSampleIndex)
+    #: the agent's generation calls, in order of end: the newest MAX_GENERATIONS are kept
+    generations: list[GenerationCall] = field(default_factory=list)
+    generations_dropped: int = 0
     pause_fold: PauseFold = field(default_factory=PauseFold)
     _gpu_ts: list[float] = field(default_factory=list)
     _window_ends: list[float] = field(default_factory=list)
@@ -194,6 +202,16 @@ class Session:
             case LoopLag():
                 self.loop_lags.append(ev)
                 self._saw(ev.t)
+            case GenerationCall():
+                if self.generations and ev.t_end < self.generations[-1].t_end:
+                    bisect.insort(self.generations, ev, key=lambda g: g.t_end)
+                else:
+                    self.generations.append(ev)
+                if len(self.generations) > MAX_GENERATIONS:
+                    cut = len(self.generations) - MAX_GENERATIONS * 9 // 10
+                    del self.generations[:cut]
+                    self.generations_dropped += cut
+                self._saw(ev.t_end)
             case CallSamples():
                 self.call_samples.add(ev)
                 if ev.samples:
@@ -435,6 +453,13 @@ class Session:
             if got is not None:
                 out[stage] = got
         return out
+
+    def generations_upto(self, t: float | None) -> list[GenerationCall]:
+        """The generation calls kept that ended by ``t`` (None: all)."""
+        if t is None:
+            return list(self.generations)
+        n = bisect.bisect_right(self.generations, t, key=lambda g: g.t_end)
+        return self.generations[:n]
 
     def spans_between(self, t0: float | None, t1: float | None) -> list[StageSpan]:
         return [

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 
 from infertop.analysis.flame import FlameNode, TopFrame, build_flame, top_frames
 from infertop.analysis.fold import FlameShape, ShaperCache
-from infertop.analysis.gpu_series import GpuAccumulator, GpuView, gpu_view
+from infertop.analysis.generation import GenerationSummary, summarize_generations
+from infertop.analysis.gpu_series import GpuAccumulator, GpuView, gpu_view, memory_summary
 from infertop.analysis.ops import (
     GpuWork,
     OpAccumulator,
@@ -39,6 +40,7 @@ from infertop.model.events import (
     AllocatorReading,
     CollectorStatus,
     OpTime,
+    StageSpan,
     TargetExited,
     TargetInfo,
 )
@@ -139,6 +141,8 @@ class Snapshot:
     requests: RequestSummary | None = None
     #: the requests of the last ``recent_s`` seconds (the stage panel's requests row)
     recent_requests: RequestSummary | None = None
+    #: the generation calls up to t (the agent's); None: none seen
+    generation: GenerationSummary | None = None
     #: GC pause time and the worst event-loop lag per window of ``history`` (the stage
     #: panel's pause rows); None: no pause or heartbeat in those windows
     pause_history: PauseHistory | None = None
@@ -245,6 +249,27 @@ def _pause_history(
 
     windows = [(w.window.t_start, w.window.t_end) for w in shown]
     return pause_history(gc, lags, windows, keep)
+
+
+def _generation(
+    session: Session, t: float | None, spans: list[StageSpan], allocator: AllocatorReading | None,
+    process: int | None,
+) -> GenerationSummary | None:
+    """The generation calls up to ``t`` (one process's, with ``process``), the cache's headroom
+    from the device memory left: NVML's free memory plus what the allocator reserved and holds
+    no tensor in."""
+    calls = session.generations_upto(t)
+    if process is not None:
+        calls = [c for c in calls if (c.pid or session.target.pid) == process]
+    if not calls:
+        return None
+    free = None
+    memory = memory_summary(session.gpu_upto(t), allocator, session.gpu_fold)
+    if memory is not None and isinstance(memory.get("free"), int):
+        free = int(memory["free"])  # type: ignore[arg-type]
+        if allocator is not None:
+            free += max(0, allocator.reserved - allocator.allocated)
+    return summarize_generations(calls, spans or session.spans_between(None, t), free)
 
 
 def build_snapshot(
@@ -400,6 +425,7 @@ def build_snapshot(
         pause_history=_pause_history(session, t, shown[-history:], process),
         tails=session_tails(session, t, tails) if tails is not None else (),
         recent_requests=summarize_requests(recent_spans, recent_s, session.thread_pid),
+        generation=_generation(session, t, span_list, allocator, process),
         requests=summarize_requests(
             span_list or session.spans_between(None, t), duration, session.thread_pid
         )

@@ -299,6 +299,28 @@ class CallSamples:
     pid: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class GenerationCall:
+    """One generation call (Hugging Face ``generate``, or a loop named with ``--generate``),
+    timed by the agent on thread ``tid`` over [t_start, t_end] (unix s). ``t_first``: its first
+    new token chosen (None: not seen). ``batch`` and ``prompt_tokens``: the leading and second
+    dimensions of its input ids (padded); ``new_tokens`` per sequence; ``kv_bytes``: the keys and
+    values its cache held at the end, on ``kv_device``; ``forwards``: the model's forward calls
+    inside it. None where unknown."""
+
+    tid: int
+    t_start: float
+    t_first: float | None
+    t_end: float
+    batch: int | None = None
+    prompt_tokens: int | None = None
+    new_tokens: int | None = None
+    kv_bytes: int | None = None
+    kv_device: str | None = None
+    forwards: int = 0
+    pid: int = 0  # the process, as ``OpWindow.pid``
+
+
 Event = Union[
     TargetInfo,
     FrameDef,
@@ -317,4 +339,5 @@ Event = Union[
     GcPause,
     LoopLag,
     CallSamples,
+    GenerationCall,
 ]

@@ -1,4 +1,4 @@
-"""The ``.infertop`` recording format, version 1.6 (documented in docs/recording-format.md).
+"""The ``.infertop`` recording format, version 1.7 (documented in docs/recording-format.md).
 
     file    = header record*
     header  = b"INFERTOP" u16 major u16 minor          (big-endian)
@@ -23,6 +23,7 @@ from infertop.model.events import (
     Frame,
     FrameDef,
     GcPause,
+    GenerationCall,
     LoopLag,
     Marker,
     OpWindow,
@@ -38,12 +39,13 @@ from infertop.model.events import (
 from infertop.model.fields import as_str, decode_allocator, decode_op_window
 from infertop.model.gpu import GpuReading
 from infertop.model.numbers import real, whole
+from infertop.record.generation_format import GENERATION, decode_generation, encode_generation
 from infertop.record.gpu_format import GPU, decode_gpu_reading, encode_gpu_reading
 from infertop.record.pause_format import CALL_SAMPLES, GC, LOOP_LAG, decode_pause, encode_pause
 
 MAGIC = b"INFERTOP"
 MAJOR = 1
-MINOR = 6
+MINOR = 7
 HEADER = struct.Struct(">8sHH")
 RECORD = struct.Struct(">II")
 MAX_RECORD = 256 * 1024 * 1024
@@ -56,6 +58,7 @@ PROCESS = 14  # added in 1.3 (--children), with code 4's trailing pid
 # 1.5: code 5 gains a trailing 1 for a wall window (py-spy --idle: idle samples included)
 # 1.6: codes 15-17, GC pauses, event-loop lag and call samples: infertop/record/pause_format.py;
 #      code 7 gains a trailing request id (infertop.stage(..., request=ID))
+# 1.7: code 18, one generation call: infertop/record/generation_format.py
 
 
 def encode_event(ev: Event) -> list[Any]:
@@ -93,6 +96,8 @@ def encode_event(ev: Event) -> list[Any]:
             return encode_gpu_reading(ev)
         case GcPause() | LoopLag() | CallSamples():
             return encode_pause(ev)
+        case GenerationCall():
+            return encode_generation(ev)
     raise TypeError(f"cannot encode {type(ev).__name__}")
 
 
@@ -148,6 +153,8 @@ def decode_event(raw: Any) -> Event | None:
         return decode_gpu_reading(f)
     if code in (GC, LOOP_LAG, CALL_SAMPLES):
         return decode_pause(code, f)
+    if code == GENERATION:
+        return decode_generation(f)
     return None
 
 

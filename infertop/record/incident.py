@@ -30,6 +30,7 @@ from infertop.model.events import (
     CollectorStatus,
     Event,
     FrameDef,
+    GenerationCall,
     Marker,
     OpWindow,
     ProcessDef,
@@ -53,7 +54,7 @@ CHUNK = 2_000  # events per record when the ring is written out
 def event_time(ev: Event) -> float | None:
     """When a timed event happened (its end for a span of time); None for a definition."""
     match ev:
-        case SampleWindow() | StageSpan() | OpWindow():
+        case SampleWindow() | StageSpan() | OpWindow() | GenerationCall():
             return ev.t_end
         case CollectorStatus() | Marker() | AllocatorReading() | GpuReading():
             return ev.t

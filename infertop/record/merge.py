@@ -32,6 +32,7 @@ from infertop.model.events import (
     Event,
     Frame,
     FrameDef,
+    GenerationCall,
     Marker,
     OpWindow,
     ProcessDef,
@@ -218,6 +219,11 @@ class _Merger:
                 case StageSpan():
                     s = replace(ev, tid=tid(ev.tid), t_start=ev.t_start + offset, t_end=ev.t_end + offset)
                     self._time(s.t_end, s)
+                case GenerationCall():
+                    first = None if ev.t_first is None else ev.t_first + offset
+                    g = replace(ev, tid=tid(ev.tid), t_start=ev.t_start + offset, t_first=first,
+                                t_end=ev.t_end + offset, pid=pid(ev.pid))  # fmt: skip
+                    self._time(g.t_end, g)
                 case OpWindow():
                     owner = ev.pid or tpid
                     ann = tuple(

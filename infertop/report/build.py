@@ -11,6 +11,7 @@ from infertop.analysis.gpu_series import memory_summary, utilization_summary
 from infertop.analysis.snapshot import Snapshot
 from infertop.analysis.stages import IDLE
 from infertop.config import FindingThresholds
+from infertop.report.generation import generation_dict
 from infertop.report.pauses import gc_dict, loop_dict, requests_dict, tail_dict
 from infertop.report.records import (
     Gpu,
@@ -112,6 +113,7 @@ def build_record(
         gc=gc_dict(snap.pauses.gc if snap.pauses else None),
         event_loop=loop_dict(snap.pauses.event_loop if snap.pauses else None),
         requests=requests_dict(snap.requests),
+        generation=generation_dict(snap.generation),
         findings=[finding_record(f) for f in evaluate(snapshot_input(snap), thresholds)],
         target_exited=snap.exited is not None,
         warnings=list(snap.notes),

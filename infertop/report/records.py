@@ -5,7 +5,7 @@
 one torch.profiler trace's. Their JSON is ``as_json(record)``: the fields in the order they are
 declared, a field left ``UNSET`` absent (a section only some reports have: a trace's ``rank``, a
 recording's ``incidents``). The deeper sections whose shape docs/report.md gives field by field
-— ``gc``, ``event_loop``, ``requests``, a stage's ``tail``, ``processes``, ``gpu.memory`` and
+— ``gc``, ``event_loop``, ``requests``, ``generation``, a stage's ``tail``, ``processes``, ``gpu.memory`` and
 ``gpu.utilization`` — are plain JSON values built by their own modules (``report/pauses.py``,
 ``report/processes.py``, ``analysis/gpu_series.py``).
 """
@@ -183,6 +183,7 @@ class Report(Struct):
     gc: Json | None
     event_loop: Json | None
     requests: Json | None
+    generation: Json | None  # the agent's generation calls (report/generation.py)
     findings: list[Finding]
     target_exited: bool
     warnings: list[str]

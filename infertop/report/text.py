@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from infertop.report.generation import generation_lines
 from infertop.report.processes import processes_markdown, processes_text
 from infertop.report.tail_text import pause_lines, tail_lines, tail_markdown
 
@@ -137,6 +138,7 @@ def render_text(rep: dict[str, Any]) -> str:
         out.append("  (no Python samples in this recording)")
     out.append("")
     out += tail_lines(rep)
+    out += generation_lines(rep)
     pauses = pause_lines(rep)
     out += pauses + ([""] if pauses else [])
     out += processes_text(rep)

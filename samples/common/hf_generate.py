@@ -105,6 +105,19 @@ class HfGenerator:
         first = streamer.first or end
         clock.add("prefill", first - start)
         clock.add("decode", end - first)
+        batch, prompt_len = enc["input_ids"].shape
+        new_len = out.shape[1] - prompt_len
+        cfg = self.model.config
+        # what the cache holds at the end, from the model's shape: keys and values of every
+        # layer for every position fed (the prompt and all new tokens but the last), float32
+        kv = cfg.n_layer * 2 * batch * (prompt_len + new_len - 1) * cfg.n_embd * 4
+        clock.call("generation", {
+            "t": time.time() - (time.perf_counter() - start), "ttft_ms": (first - start) * 1e3,
+            "total_ms": (end - start) * 1e3,
+            "tpot_ms": (end - first) * 1e3 / (new_len - 1) if new_len > 1 else None,
+            "batch": int(batch), "prompt_tokens": int(prompt_len), "new_tokens": int(new_len),
+            "kv_bytes": int(kv),
+        })  # fmt: skip
         with clock.stage("postprocess"):
             prompt_len = enc["input_ids"].shape[1]
             new = out[:, prompt_len:]

@@ -48,6 +48,7 @@ class StageClock:
         self._lock = threading.Lock()
         self._totals = dict.fromkeys(stages, 0.0)
         self._requests = 0
+        self._calls: dict[str, list[dict]] = {}
         self._flusher: threading.Thread | None = None
         self._halt = threading.Event()
 
@@ -64,6 +65,15 @@ class StageClock:
         with self._lock:
             self._requests += n
 
+    def call(self, kind: str, row: dict, keep: int = 5000) -> None:
+        """Record one call of ``kind`` (a generation's own timings, say); the newest ``keep``
+        of each kind are written."""
+        with self._lock:
+            rows = self._calls.setdefault(kind, [])
+            rows.append(row)
+            if len(rows) > keep:
+                del rows[: len(rows) - keep]
+
     @property
     def requests(self) -> int:
         return self._requests
@@ -72,7 +82,10 @@ class StageClock:
         with self._lock:
             totals = dict(self._totals)
             requests = self._requests
+            calls = {k: list(v) for k, v in self._calls.items()}
+        extra = {"calls": calls} if calls else {}
         return {
+            **extra,
             "pid": os.getpid(),
             "started": self.started,
             "written": time.time(),

@@ -22,6 +22,8 @@ The parts, in order:
 - ``kineto``: ``_KinetoEvent`` objects to event tuples; keeping libkineto's lines off stderr;
 - ``window``: the target's torch and one all-threads profiler window;
 - ``stages``: ``stage_functions`` patterns and the ``sys.monitoring`` timer (Python >= 3.12);
+- ``generation``: generation calls followed through that timer (prefill, decode, tokens,
+  batch size, KV-cache bytes);
 - ``memory``, ``spans``, ``pauses``, ``callsamples``, ``profiling``, ``serve``: the agent's
   mixins, one concern each (CUDA allocator statistics; stage spans; GC pauses and event-loop
   lag; stacks of the threads inside stage calls; duty-cycled profiler windows; the socket and
@@ -108,6 +110,7 @@ PARTS = (
     "kineto",
     "window",
     "stages",
+    "generation",
     "memory",
     "spans",
     "pauses",

@@ -15,6 +15,9 @@ DEFAULT_CONFIG = {
     "record_shapes": False,
     "max_events": 20000,
     "stage_functions": [],
+    # functions that are generation calls (a hand-written decode loop; ``--generate``), as
+    # ``FILE_GLOB:FUNC_GLOB`` patterns; Hugging Face ``generate`` is known without them
+    "generate_functions": [],
     # stacks of the threads inside stage calls, per second (tail attribution; 0: off)
     "call_sample_hz": 100.0,
     "pauses": True,  # garbage collections and asyncio event-loop lag

@@ -17,10 +17,12 @@ from infertop.agent.payload.constants import (
     MAX_STAGE_FUNCTIONS,
     SEND_TIMEOUT_S,
 )
+from infertop.agent.payload.generation import find_generation_codes
 from infertop.agent.payload.stages import (
     _CALL_FILTERS,
     _Monitor,
     find_known_codes,
+    find_model_codes,
     find_stage_codes,
     parse_stage_patterns,
 )
@@ -270,14 +272,32 @@ class _ServingMixin:
         if "stage_functions" in msg:
             patterns = parse_stage_patterns(msg["stage_functions"])
             new["stage_functions"] = [list(p) for p in msg["stage_functions"]]
+        if "generate_functions" in msg:
+            items = msg["generate_functions"]
+            if not isinstance(items, list) or not all(isinstance(x, str) and x for x in items):
+                raise ValueError("generate_functions must be a list of patterns")
+            parse_stage_patterns([["decode", x] for x in items])  # the same FILE:FUNC syntax
+            new["generate_functions"] = list(items)
+            if patterns is None:
+                patterns = parse_stage_patterns(new["stage_functions"])
         if new["period_s"] < new["window_s"]:
             new["period_s"] = new["window_s"]
         self.config = new
         if patterns is not None:
             codes = find_stage_codes(patterns) if _Monitor.available() else {}
             filters = {}
+            gen_codes, models = {}, []
+            if _Monitor.available():
+                try:
+                    models = find_model_codes()
+                except Exception:  # an odd object in the heap: no model timed, the rest is
+                    models = []
+                gen_codes = self._generation_codes(new, models)
+                for code, kind in gen_codes.items():
+                    if kind == "call" and code not in codes:
+                        codes[code] = "forward"  # a named loop: its prefill and decode spans
             if _Monitor.available() and new.get("known_entry_points", True):
-                for code, (stage, filt) in find_known_codes().items():
+                for code, (stage, filt) in find_known_codes(models).items():
                     if code not in codes:  # the user's rule for it wins
                         codes[code] = stage
                         if filt is not None:
@@ -296,8 +316,22 @@ class _ServingMixin:
                 self._stop_monitor()
             self.stage_codes = codes
             self.stage_filters = {c: f for c, f in filters.items() if c in codes}
+            self.generation_codes = gen_codes if codes else {}
             if was_running:
                 self._start_monitor()
+
+    def _generation_codes(self, config, models):
+        """{code: kind} the generation tracker follows (generation.py): Hugging Face
+        ``generate`` and its parts where known entry points are on, the user's
+        ``generate_functions``, and the ``models``' forwards inside either."""
+        user = parse_stage_patterns([["decode", x] for x in config.get("generate_functions") or []])
+        known = config.get("known_entry_points", True)
+        if not user and not known:
+            return {}
+        codes = find_generation_codes(user, models, known)
+        if not any(k == "call" for k in codes.values()):
+            return {}  # no generation to follow: the forwards need not be watched for one
+        return codes
 
     def _status_once(self, key, state, message):
         if key in self.statuses_sent:

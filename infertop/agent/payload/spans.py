@@ -10,6 +10,7 @@ import time
 
 # -- imported as a module (payload_source leaves these lines out) --
 from infertop.agent.payload.constants import MAX_SPANS_BUFFERED
+from infertop.agent.payload.generation import _Generations
 from infertop.agent.payload.stages import _Monitor
 
 # -- end --
@@ -26,6 +27,8 @@ class _SpansMixin:
         self.monitor = None
         self.stage_codes = {}
         self.stage_filters = {}
+        self.generation_codes = {}
+        self.generations = None
 
     def _span_sink(self, thread_id, name, start_ns, end_ns, request=None):
         native = threading.get_native_id()
@@ -71,7 +74,10 @@ class _SpansMixin:
         if not self.stage_codes or not _Monitor.available():
             return
         own = self.thread.ident if self.thread is not None else None
-        monitor = _Monitor(self.stage_codes, self._push_span, self.stage_filters, ignore=(own,))
+        gens = _Generations(self.generation_codes) if self.generation_codes else None
+        monitor = _Monitor(
+            self.stage_codes, self._push_span, self.stage_filters, ignore=(own,), generations=gens
+        )
         try:
             monitor.install()
         except Exception as exc:
@@ -82,9 +88,11 @@ class _SpansMixin:
             self._status_once("monitoring", "off", "cannot time stage functions: %s" % exc)
             return
         self.monitor = monitor
+        self.generations = gens
 
     def _stop_monitor(self):
         monitor, self.monitor = self.monitor, None
+        self.generations = None
         if monitor is not None:
             try:
                 monitor.uninstall()
@@ -105,6 +113,9 @@ class _SpansMixin:
         offset = time.time_ns() - time.perf_counter_ns()
         self._flush_pauses(offset)
         self._flush_call_samples(offset)
+        gens = self.generations
+        if gens is not None and gens.done:
+            self._send({"type": "generations", "calls": gens.take(offset)})
         if not self.spans:
             return
         batch = []

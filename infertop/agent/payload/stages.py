@@ -104,18 +104,20 @@ _CO_COROUTINE = 0x0080
 _CO_ASYNC_GENERATOR = 0x0200
 
 
-def find_known_codes():
+def find_known_codes(models=None):
     """{code: (stage, filter name or None)} of the KNOWN_ENTRY_POINTS whose modules are
-    loaded, and of the KNOWN_HANDLERS its subclasses define."""
+    loaded, of the models' forwards (``models``, else find_model_codes), and of the
+    KNOWN_HANDLERS its subclasses define."""
     found = {}
     for stage, module, path, filt in KNOWN_ENTRY_POINTS:
         code = _code_of(sys.modules.get(module), path)
         if code is not None:
             found.setdefault(code, (stage, filt))
-    try:
-        models = find_model_codes()
-    except Exception:  # an odd object in the heap: no model timed, the rest still is
-        models = []
+    if models is None:
+        try:
+            models = find_model_codes()
+        except Exception:  # an odd object in the heap: no model timed, the rest still is
+            models = []
     for code in models:
         found.setdefault(code, ("forward", None))
     for module, cls_name, methods in KNOWN_HANDLERS:
@@ -231,8 +233,13 @@ class _Monitor:
     awaits in between. Calls on the ``ignore`` threads (the agent's own) are never timed.
     """
 
-    def __init__(self, codes, push, filters=None, ignore=()):
+    def __init__(self, codes, push, filters=None, ignore=(), generations=None):
         self.codes = dict(codes)
+        #: generation.py's tracker and the codes it follows (generate, _prefill, the loops, the
+        #: models' forwards): a generate call that is its thread's outermost forward is sent as
+        #: its two parts, ``prefill`` and ``decode``
+        self.gen = generations
+        self.gen_codes = dict(generations.codes) if generations is not None else {}
         self.push = push  # push(native_tid, stage, start_ns, end_ns, request id or None)
         self.calls = 0  # named calls so far: the number in their request ids
         self.tool = None
@@ -266,10 +273,38 @@ class _Monitor:
         mon.register_callback(self.tool, ev.PY_START, self._on_start)
         mon.register_callback(self.tool, ev.PY_RETURN, self._on_return)
         mon.register_callback(self.tool, ev.PY_UNWIND, self._on_unwind)
-        for code in self.codes:
+        for code in set(self.codes) | set(self.gen_codes):
             mon.set_local_events(self.tool, code, ev.PY_START | ev.PY_RETURN)
         mon.set_events(self.tool, ev.PY_UNWIND)
+        self._adopt_running()
         return self.tool
+
+    def _adopt_running(self):
+        """Calls already running when the monitor starts (a ``generate`` halfway through at
+        attach) are opened without a start: their ends time nothing, and the calls nested in
+        them stay part of them rather than counting as calls of their own."""
+        try:
+            frames = sys._current_frames()
+        except Exception:
+            return
+        for ident, frame in frames.items():
+            if ident in self.ignore:
+                continue
+            stages, gens = {}, 0
+            depth = 0
+            while frame is not None and depth < 2000:
+                code = frame.f_code
+                stage = self.codes.get(code)
+                if stage is not None and code not in self.coroutines and code not in self.filters:
+                    stages[stage] = stages.get(stage, 0) + 1
+                if self.gen_codes.get(code) == "call":
+                    gens += 1
+                frame, depth = frame.f_back, depth + 1
+            opened = self.open.setdefault(ident, {}) if stages else None
+            for st, n in stages.items():
+                opened.setdefault(st, [n, None])
+            if gens and self.gen is not None:
+                self.gen.adopt(ident, gens)
 
     def uninstall(self):
         if self.tool is None:
@@ -279,7 +314,7 @@ class _Monitor:
         ev = mon.events
         try:
             mon.set_events(tool, 0)
-            for code in self.codes:
+            for code in set(self.codes) | set(self.gen_codes):
                 try:
                     mon.set_local_events(tool, code, 0)
                 except Exception:
@@ -294,6 +329,11 @@ class _Monitor:
 
     def _on_start(self, code, offset):
         try:
+            now = None
+            kind = self.gen_codes.get(code)
+            if kind is not None and threading.get_ident() not in self.ignore:
+                now = time.perf_counter_ns()
+                self.gen.start(code, kind, sys._getframe(1), now)
             stage = self.codes.get(code)
             if stage is None:
                 return None
@@ -308,7 +348,7 @@ class _Monitor:
                 self.natives[ident] = threading.get_native_id()
             call = opened.get(stage)
             if call is None:
-                opened[stage] = [1, time.perf_counter_ns()]
+                opened[stage] = [1, now if now is not None else time.perf_counter_ns()]
             else:
                 call[0] += 1  # inside a call of its own stage: part of that call
         except Exception:
@@ -347,7 +387,7 @@ class _Monitor:
             request = "%s #%d" % (name, self.calls)
         self.push(self.natives.get(ident, 0), self.codes[code], start, time.perf_counter_ns(), request)
 
-    def _finish(self, code):
+    def _finish(self, code, now=None):
         try:
             if code not in self.codes:
                 return
@@ -364,15 +404,39 @@ class _Monitor:
             if call[0] <= 0:
                 del opened[stage]
                 native = self.natives.get(ident) or threading.get_native_id()
-                self.push(native, stage, call[1], time.perf_counter_ns(), None)
+                if call[1] is None:  # began before the monitor did: not timed
+                    return
+                end = now if now is not None else time.perf_counter_ns()
+                first = None
+                if self.gen is not None and self.gen_codes.get(code) == "call":
+                    first = self.gen.split_of(ident, call[1])
+                if first is None:
+                    self.push(native, stage, call[1], end, None)
+                else:  # a generation: its prefill, then its decode
+                    self.push(native, "prefill", call[1], first, None)
+                    self.push(native, "decode", first, end, None)
         except Exception:
             pass
 
     def _on_return(self, code, offset, retval):
-        self._finish(code)
+        now = None
+        kind = self.gen_codes.get(code)
+        if kind is not None:
+            try:
+                now = time.perf_counter_ns()
+                self.gen.finish(code, kind, retval, now)
+            except Exception:
+                pass
+        self._finish(code, now)
         return None
 
     def _on_unwind(self, code, offset, exc):
+        kind = self.gen_codes.get(code)
+        if kind is not None:
+            try:
+                self.gen.unwind(code, kind, time.perf_counter_ns())
+            except Exception:
+                pass
         if code in self.codes:
             self._finish(code)
         return None

@@ -28,6 +28,7 @@ from infertop.model.events import (
     CollectorStatus,
     Event,
     GcPause,
+    GenerationCall,
     LoopLag,
     OpWindow,
     StageSpan,
@@ -144,7 +145,7 @@ class ChildAgents:
     # -- events -----------------------------------------------------------------------------
     def _tag(self, pid: int, ev: Event) -> Event | None:
         """An event of the agent in ``pid``, as the session should see it."""
-        if isinstance(ev, (OpWindow, AllocatorReading, GcPause, LoopLag, RawCallSamples)):
+        if isinstance(ev, (OpWindow, AllocatorReading, GcPause, LoopLag, RawCallSamples, GenerationCall)):
             return replace(ev, pid=pid)
         if isinstance(ev, StageSpan):
             return ev  # thread ids name their process

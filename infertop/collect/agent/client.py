@@ -3,7 +3,7 @@
 Speaks docs/agent-protocol.md over the agent's Unix socket, on its own thread: connect, hello,
 configure, start, then read pushed messages until ``stop`` (which sends ``detach``). Messages
 become events: ``window`` → ``OpWindow``, ``spans`` → ``StageSpan``, ``allocator`` →
-``AllocatorReading``, ``pauses`` → ``GcPause`` / ``LoopLag``, ``samples`` → ``RawCallSamples``
+``AllocatorReading``, ``pauses`` → ``GcPause`` / ``LoopLag``, ``generations`` → ``GenerationCall``, ``samples`` → ``RawCallSamples``
 (interned by the session into ``CallSamples``), ``hello`` → a ``TargetInfo`` that adds the torch version, ``status`` and
 every failure → ``CollectorStatus(collector="agent")``. Nothing here raises out of ``poll``.
 """
@@ -27,6 +27,7 @@ from infertop.model.events import (
     Event,
     Frame,
     GcPause,
+    GenerationCall,
     LoopLag,
     OpWindow,
     StageSpan,
@@ -187,6 +188,19 @@ def _pauses(msg: dict[str, Any]) -> list[Event]:
     return out
 
 
+def _generation(r: list[Any]) -> GenerationCall:
+    """One row of a ``generations`` message (docs/agent-protocol.md): -1 / "" where unknown."""
+
+    def known(x: Any) -> int | None:
+        return None if int(x) < 0 else whole(x)
+
+    t_first = real(r[2])
+    return GenerationCall(
+        whole(r[0]), real(r[1]), None if t_first < 0 else t_first, real(r[3]), known(r[4]),
+        known(r[5]), known(r[6]), known(r[7]), str(r[8]) or None, whole(r[9]),
+    )  # fmt: skip
+
+
 def _op_time(o: Any) -> list[Any] | None:
     return None if o is None else [o["ops"], o["in_ops_us"], o["wall_us"]]
 
@@ -215,6 +229,8 @@ def convert(msg: dict[str, Any]) -> list[Event]:
         ]
     if kind == "pauses":
         return _pauses(msg)
+    if kind == "generations":
+        return [_generation(r) for r in msg["calls"]]
     if kind == "samples":
         return [_call_samples(msg)]  # type: ignore[list-item]
     if kind == "allocator":

@@ -32,6 +32,7 @@ from infertop.analysis.stages import StageClassifier
 from infertop.config import Config
 from infertop.export.chrome import counters
 from infertop.export.chrome.chunk_findings import FindingsByChunk
+from infertop.export.chrome.generation import generation_slices
 from infertop.export.chrome.gpu_groups import GpuGroups
 from infertop.export.chrome.pauses import PauseEvents
 from infertop.export.chrome.samples import SampleTimeline
@@ -45,6 +46,7 @@ from infertop.model.events import (
     Event,
     FrameDef,
     GcPause,
+    GenerationCall,
     LoopLag,
     Marker,
     OpWindow,
@@ -61,9 +63,11 @@ from infertop.model.symbols import SymbolTable
 from infertop.record.stream import RecordingStream
 
 # synthetic thread ids (Linux tids are below 2**22; trace viewers keep tids as 32-bit)
-STAGE, CALLS, ANNOT, GC = 0x10000000, 0x20000000, 0x30000000, 0x50000000
+STAGE, CALLS, ANNOT, GC, GEN = 0x10000000, 0x20000000, 0x30000000, 0x50000000, 0x60000000
 #: the lane tracks of a thread: their name and place after the thread's own two tracks
-LANE_TRACKS = {CALLS: ("stage calls", 2), ANNOT: ("annotations", 3), GC: ("GC", 4)}
+LANE_TRACKS = {
+    CALLS: ("stage calls", 2), ANNOT: ("annotations", 3), GC: ("GC", 4), GEN: ("generation", 5),
+}  # fmt: skip
 LANE_SHIFT = 22
 OPS_TRACK = 0x3F000000
 KERNELS, COPIES = 1, 2
@@ -201,6 +205,8 @@ def export_chrome_recording(path: str, out: str, config: Config | None = None) -
                     procs.define(ev)
                 case StageSpan():
                     _span(emit, tracks, tracks.pid_of(ev.tid), ev, ns)
+                case GenerationCall():
+                    generation_slices(emit, tracks.pid_of(ev.tid), tracks.lane(GEN, ev.tid, 0), ev, ns)
                 case GcPause():
                     pauses.gc(ev)
                 case LoopLag():

@@ -1,0 +1,339 @@
+"""Generation calls, timed one by one with ``sys.monitoring`` (Python >= 3.12): a Hugging Face
+``generate`` call (or a function the user names with ``--generate``) from its start to its
+first new token (``prefill``) and to its end (``decode``), with its batch size, prompt and new
+tokens and the bytes its KV cache holds at the end (docs/generation.md).
+
+The ``_Monitor`` (stages.py) hands this tracker the events of a few code objects: the calls
+(``generate``), the stopping criteria (called right after each step's token is chosen: the
+first return is the first token), ``_prefill`` (where they are not called), the decode loops (``_sample``, beam search, assisted decoding: where transformers 4.4x,
+which has no ``_prefill``, gets its input ids) and the models' forwards (on a hand-written
+loop, the first forward's return is the first token and each forward one new token). Only the
+outermost call on a thread counts: an assistant model's ``generate`` inside assisted decoding
+is part of the call around it.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+
+# -- imported as a module (payload_source leaves these lines out) --
+from infertop.agent.payload.stages import _unwrapped_code, gc_objects, match_stage
+
+# -- end --
+
+#: (kind, module, attribute path) the agent follows in a generation, when loaded
+GENERATION_POINTS = (
+    ("call", "transformers.generation.utils", "GenerationMixin.generate"),
+    ("prefill", "transformers.generation.utils", "GenerationMixin._prefill"),
+    ("loop", "transformers.generation.utils", "GenerationMixin._sample"),
+    ("loop", "transformers.generation.utils", "GenerationMixin._beam_search"),
+    ("loop", "transformers.generation.utils", "GenerationMixin._assisted_decoding"),
+    # transformers 4.4x's other loops
+    ("loop", "transformers.generation.utils", "GenerationMixin._greedy_search"),
+    ("loop", "transformers.generation.utils", "GenerationMixin._group_beam_search"),
+    ("loop", "transformers.generation.utils", "GenerationMixin._constrained_beam_search"),
+    ("loop", "transformers.generation.utils", "GenerationMixin._contrastive_search"),
+    # called once a step, right after the step's token was chosen: the first is the first token
+    ("token", "transformers.generation.stopping_criteria", "StoppingCriteriaList.__call__"),
+)
+#: calls finished and not yet sent, at most
+MAX_GENERATIONS_BUFFERED = 20000
+#: user ``generate_functions`` patterns may name at most this many functions
+MAX_GENERATE_FUNCTIONS = 50
+
+
+def _code_at(module, path):
+    obj = sys.modules.get(module)
+    for part in path.split("."):
+        obj = getattr(obj, part, None) if obj is not None else None
+    return _unwrapped_code(obj)
+
+
+def find_generation_codes(patterns=(), model_codes=(), known=True):
+    """{code: kind} of the generation points loaded in this process (``known``), the
+    functions the user's ``patterns`` ([(stage, file_glob, func_glob)] as parse_stage_patterns
+    gives, stage ignored) name as calls, and ``model_codes`` as forwards."""
+    found = {}
+    for kind, module, path in GENERATION_POINTS if known else ():
+        code = _code_at(module, path)
+        if code is not None:
+            found.setdefault(code, kind)
+    if patterns:
+        import types
+
+        rules = [("call", f, g) for _stage, f, g in patterns]
+        n = 0
+        for obj in gc_objects():
+            if type(obj) is not types.FunctionType:
+                continue
+            code = obj.__code__
+            if code in found:
+                continue
+            qualname = getattr(code, "co_qualname", None) or getattr(
+                obj, "__qualname__", code.co_name
+            )
+            if match_stage(rules, code.co_filename, qualname, code.co_name):
+                found[code] = "call"
+                n += 1
+                if n >= MAX_GENERATE_FUNCTIONS:
+                    break
+    for code in model_codes:
+        found.setdefault(code, "forward")
+    return found
+
+
+def _shape_of(value):
+    """(batch, length) of a tensor of ids (length None for one dimension), else None."""
+    torch = sys.modules.get("torch")
+    tensor = getattr(torch, "Tensor", None) if torch is not None else None
+    if tensor is None or not isinstance(value, tensor):
+        return None
+    shape = tuple(value.shape)
+    if not shape:
+        return None
+    return (int(shape[0]), int(shape[1]) if len(shape) > 1 else None)
+
+
+def _input_shape(frame, code):
+    """The (batch, length) of a call's input ids: ``input_ids`` (an argument, or in its
+    ``**kwargs``: ``generate(**tokenizer(...))``), else its first tensor argument."""
+    try:
+        local = frame.f_locals
+    except Exception:
+        return None
+    shape = _shape_of(local.get("input_ids"))
+    if shape is None:
+        kwargs = local.get("kwargs")
+        if isinstance(kwargs, dict):
+            shape = _shape_of(kwargs.get("input_ids"))
+    for name in code.co_varnames[: min(code.co_argcount, 8)] if shape is None else ():
+        shape = _shape_of(local.get(name))
+        if shape is not None:
+            break
+    return shape
+
+
+def _cache_of(frame):
+    """The KV cache a generation builds, from the ``model_kwargs`` of ``_prefill`` or a loop
+    (``cache`` in transformers 5, ``past_key_values`` before)."""
+    try:
+        kwargs = frame.f_locals.get("model_kwargs")
+    except Exception:
+        return None
+    if not isinstance(kwargs, dict):
+        return None
+    cache = kwargs.get("cache")
+    return cache if cache is not None else kwargs.get("past_key_values")
+
+
+def cache_bytes(cache, _depth=0):
+    """(bytes, device) of the key and value tensors a cache holds: a transformers ``Cache`` (its
+    ``layers``' keys and values, or 4.4x's ``key_cache`` / ``value_cache``, an encoder-decoder
+    cache's two), or the legacy tuples of tensors; (0, None) when none are found."""
+    torch = sys.modules.get("torch")
+    tensor = getattr(torch, "Tensor", None) if torch is not None else None
+    if tensor is None or cache is None or _depth > 4:
+        return 0, None
+    total, device = 0, None
+
+    def add(t):
+        nonlocal total, device
+        if isinstance(t, tensor):
+            total += t.numel() * t.element_size()
+            if device is None:
+                device = str(t.device)
+
+    if isinstance(cache, tensor):
+        add(cache)
+        return total, device
+    if isinstance(cache, (tuple, list)):
+        for item in cache[:4096]:
+            n, d = cache_bytes(item, _depth + 1)
+            total += n
+            device = device or d
+        return total, device
+    layers = getattr(cache, "layers", None)
+    if isinstance(layers, (list, tuple)):
+        for layer in layers[:4096]:
+            add(getattr(layer, "keys", None))
+            add(getattr(layer, "values", None))
+        return total, device
+    keys, values = getattr(cache, "key_cache", None), getattr(cache, "value_cache", None)
+    if isinstance(keys, list) and isinstance(values, list):
+        for t in keys[:4096] + values[:4096]:
+            add(t)
+        return total, device
+    for part in ("self_attention_cache", "cross_attention_cache"):
+        inner = getattr(cache, part, None)
+        if inner is not None:
+            n, d = cache_bytes(inner, _depth + 1)
+            total += n
+            device = device or d
+    return total, device
+
+
+def _new_tokens(retval, prompt):
+    """New tokens per sequence from ``generate``'s return (ids, or an output with
+    ``sequences``), else None."""
+    seqs = getattr(retval, "sequences", retval)
+    shape = _shape_of(seqs)
+    if shape is None or shape[1] is None or prompt is None:
+        return None
+    return max(0, shape[1] - prompt)
+
+
+class _Call:
+    __slots__ = ("depth", "start", "token_end", "prefill_end", "forward_end", "forwards",
+                 "fdepth", "batch", "prompt", "fed", "cache")  # fmt: skip
+
+    def __init__(self, start):
+        self.depth = 1
+        self.start = start
+        self.token_end = None
+        self.prefill_end = None
+        self.forward_end = None
+        self.forwards = 0
+        self.fdepth = 0
+        self.batch = None
+        self.prompt = None
+        self.fed = None  # the length of the ids the model was first fed (decoder side)
+        self.cache = None
+
+
+class _Generations:
+    """Open generation calls by thread, and the finished ones to send: each a row ``[native
+    tid, start ns, first token ns, end ns, batch, prompt tokens, new tokens, KV bytes, KV
+    device, forwards]`` (-1 / "" where unknown)."""
+
+    def __init__(self, codes):
+        self.codes = dict(codes)  # code -> "call" | "prefill" | "loop" | "forward"
+        self.open = {}  # ident -> _Call
+        self.done = []
+        self.last_split = {}  # ident -> (start ns, first token ns) of its last call ended
+        self.dropped = 0
+
+    def start(self, code, kind, frame, now):
+        ident = threading.get_ident()
+        call = self.open.get(ident)
+        if kind == "call":
+            if call is None:
+                call = self.open[ident] = _Call(now)
+                if frame is not None:  # the requests' batch: before beams expand it
+                    self._take_shape(call, _input_shape(frame, code))
+            else:
+                call.depth += 1  # an assistant's generate inside: part of this call
+            return
+        if call is None or call.depth != 1:
+            return
+        if kind == "token":
+            return
+        if kind == "forward":
+            call.fdepth += 1
+            if call.fdepth == 1:
+                call.forwards += 1
+                if call.fed is None and frame is not None:
+                    self._take_shape(call, _input_shape(frame, code))
+            return
+        if call.fed is None and frame is not None:  # prefill, loop: the prompt's ids
+            self._take_shape(call, _input_shape(frame, code))
+        if call.cache is None and frame is not None:
+            call.cache = _cache_of(frame)
+
+    def adopt(self, ident, depth):
+        """A generation already running on thread ``ident`` when the monitor started: followed
+        to its end, which counts nothing."""
+        if ident not in self.open:
+            call = _Call(None)
+            call.depth = depth
+            self.open[ident] = call
+
+    @staticmethod
+    def _take_shape(call, shape):
+        """The first shape seen is the call's batch and prompt; the first seen inside it (the
+        prompt's forward, ``_prefill``, a loop) the length fed, which new tokens count from."""
+        if shape is None:
+            return
+        if call.batch is None:
+            call.batch, call.prompt = shape
+        elif call.fed is None and shape[1] is not None:
+            call.fed = shape[1]
+
+    def finish(self, code, kind, retval, now):
+        ident = threading.get_ident()
+        call = self.open.get(ident)
+        if call is None:
+            return
+        if kind == "call":
+            call.depth -= 1
+            if call.depth > 0:
+                return
+            del self.open[ident]
+            if call.start is not None:
+                self._done(ident, call, retval, now)
+            return
+        if call.depth != 1:
+            return
+        if kind == "forward":
+            if call.fdepth > 0:
+                call.fdepth -= 1
+                if call.fdepth == 0 and call.forward_end is None:
+                    call.forward_end = now
+        elif kind == "token":
+            if call.token_end is None and (call.prefill_end or call.forward_end) is not None:
+                call.token_end = now
+        elif kind == "prefill" and call.prefill_end is None:
+            call.prefill_end = now
+            if call.cache is None:
+                call.cache = getattr(retval, "cache", None) or getattr(
+                    retval, "past_key_values", None
+                )
+
+    def unwind(self, code, kind, now):
+        """A call that raised: it ends; nothing is counted for it."""
+        if kind != "call":
+            return
+        ident = threading.get_ident()
+        call = self.open.get(ident)
+        if call is not None:
+            call.depth -= 1
+            if call.depth <= 0:
+                del self.open[ident]
+
+    def _done(self, ident, call, retval, now):
+        first = call.token_end  # the first token chosen; else the prompt's forward done
+        if first is None:
+            first = call.prefill_end if call.prefill_end is not None else call.forward_end
+        new = _new_tokens(retval, call.fed if call.fed is not None else call.prompt)
+        if new is None and call.forwards:
+            new = call.forwards  # a hand-written loop: a token per forward
+        cache, call.cache = call.cache, None
+        kv, device = cache_bytes(cache) if cache is not None else (0, None)
+        if first is not None:
+            self.last_split[ident] = (call.start, first)
+        if len(self.done) >= MAX_GENERATIONS_BUFFERED:
+            self.dropped += 1
+            return
+        self.done.append([
+            threading.get_native_id(), call.start, -1 if first is None else first, now,
+            -1 if call.batch is None else call.batch, -1 if call.prompt is None else call.prompt,
+            -1 if new is None else new, kv if device is not None else -1, device or "",
+            call.forwards,
+        ])  # fmt: skip
+
+    def split_of(self, ident, start):
+        """The first-token time of the generation on thread ``ident`` that began at ``start``
+        (ns) and just ended, else None."""
+        got = self.last_split.pop(ident, None)
+        if got is not None and got[0] == start:
+            return got[1]
+        return None
+
+    def take(self, offset_ns):
+        """The finished calls, times in unix seconds."""
+        rows, self.done = self.done, []
+        for row in rows:
+            for i in (1, 2, 3):
+                if row[i] >= 0:
+                    row[i] = (row[i] + offset_ns) / 1e9
+        return rows

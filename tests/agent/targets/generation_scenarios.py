@@ -1,0 +1,148 @@
+"""Generation calls followed by the agent's ``sys.monitoring`` timer in this process (Python >=
+3.12, real torch and transformers): prints one JSON object, each scenario's rows and spans,
+for tests/agent/test_generation_monitor.py.
+
+Scenarios: a Hugging Face ``generate`` with its own first-token time (a streamer); a beam
+search; a hand-written loop named by a pattern; a ``generate`` already running when the
+monitor starts; one that raises.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+
+import torch  # noqa: E402
+from transformers import GPT2Config, GPT2LMHeadModel  # noqa: E402
+from transformers.generation.streamers import BaseStreamer  # noqa: E402
+from transformers.utils import logging as hf_logging  # noqa: E402
+
+from infertop.agent.payload.generation import _Generations, find_generation_codes  # noqa: E402
+from infertop.agent.payload.stages import (  # noqa: E402
+    _Monitor,
+    find_known_codes,
+    find_model_codes,
+    parse_stage_patterns,
+)
+
+hf_logging.set_verbosity_error()
+torch.manual_seed(0)
+LAYERS, EMBD = 2, 32
+
+
+class FirstToken(BaseStreamer):
+    def __init__(self) -> None:
+        self.puts, self.first = 0, 0
+
+    def put(self, value) -> None:
+        self.puts += 1
+        if self.puts == 2:
+            self.first = time.perf_counter_ns()
+
+    def end(self) -> None:
+        pass
+
+
+class Tiny(torch.nn.Module):
+    """A hand-written decoder's stand-in: a model with sub-modules, called once per token."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = torch.nn.Sequential(torch.nn.Linear(6, 64), torch.nn.ReLU(), torch.nn.Linear(64, 6))
+
+    def forward(self, x):
+        for _ in range(20):
+            x = torch.tanh(self.body(x))
+        return x
+
+
+def my_generate(model, x, n):
+    out = []
+    for _ in range(n):
+        x = model(x)
+        out.append(x)
+    return out
+
+
+def monitor(patterns=()):
+    models = find_model_codes()
+    gen = _Generations(find_generation_codes(parse_stage_patterns([["decode", p] for p in patterns]), models))
+    codes = {c: s for c, (s, _f) in find_known_codes(models).items()}
+    for code, kind in gen.codes.items():
+        if kind == "call":
+            codes.setdefault(code, "forward")
+    spans = []
+    mon = _Monitor(codes, lambda *a: spans.append(list(a[1:4])), generations=gen)
+    mon.install()
+    return mon, gen, spans
+
+
+def finish(mon, gen, spans):
+    mon.uninstall()
+    rows = gen.take(0)  # ns
+    return {"rows": rows, "spans": spans}
+
+
+def main() -> None:
+    cfg = GPT2Config(vocab_size=50, n_positions=64, n_embd=EMBD, n_layer=LAYERS, n_head=2,
+                     bos_token_id=1, eos_token_id=1, pad_token_id=0)  # fmt: skip
+    model = GPT2LMHeadModel(cfg).eval()
+    tiny = Tiny()
+    out = {}
+    ids = torch.randint(2, 50, (3, 7))
+    kw = dict(max_new_tokens=5, min_new_tokens=5, do_sample=False, pad_token_id=0)
+
+    model.generate(ids, **kw)  # warm
+    mon, gen, spans = monitor()
+    streamer = FirstToken()
+    start = time.perf_counter_ns()
+    model.generate(ids, attention_mask=torch.ones_like(ids), streamer=streamer, **kw)
+    end = time.perf_counter_ns()
+    out["hf"] = {**finish(mon, gen, spans), "own": [start, streamer.first, end]}
+
+    mon, gen, spans = monitor()
+    model.generate(ids[:2], attention_mask=torch.ones_like(ids[:2]), num_beams=2, **kw)
+    out["beam"] = finish(mon, gen, spans)
+
+    x = torch.randn(2, 6)
+    mon, gen, spans = monitor(["*generation_scenarios.py:my_generate"])
+    my_generate(tiny, x, 4)
+    out["loop"] = finish(mon, gen, spans)
+
+    long_kw = dict(kw, max_new_tokens=40, min_new_tokens=40)
+    started = threading.Event()
+
+    class Go(BaseStreamer):
+        def put(self, value):
+            started.set()
+
+        def end(self):
+            pass
+
+    t = threading.Thread(target=model.generate, args=(ids,), kwargs=dict(long_kw, streamer=Go()))
+    t.start()
+    started.wait(30)
+    mon, gen, spans = monitor()
+    t.join(60)
+    done_before = list(gen.done)
+    model.generate(ids, attention_mask=torch.ones_like(ids), **kw)
+    out["adopted"] = {**finish(mon, gen, spans), "rows_of_the_running_one": len(done_before)}
+
+    mon, gen, spans = monitor()
+    try:
+        model.generate(ids, max_new_tokens=-3)
+    except Exception as exc:  # noqa: BLE001
+        out["raised"] = type(exc).__name__
+    model.generate(ids, attention_mask=torch.ones_like(ids), **kw)
+    out["after_error"] = finish(mon, gen, spans)
+    out["kv_expected"] = LAYERS * 2 * 3 * (7 + 5 - 1) * EMBD * 4
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

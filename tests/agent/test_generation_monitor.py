@@ -1,0 +1,84 @@
+"""The agent's generation timer (``payload/generation.py``) on real Hugging Face ``generate`` and
+a hand-written loop, in a Python 3.12 process with real torch and transformers
+(``targets/generation_scenarios.py``): per call its batch, prompt and new tokens, first-token
+time, KV-cache bytes, and its ``prefill`` and ``decode`` spans in place of one ``forward``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+VENV312 = ROOT / ".venv312" / "bin" / "python"
+SCENARIOS = Path(__file__).parent / "targets" / "generation_scenarios.py"
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def seen() -> dict:
+    if not VENV312.exists():
+        pytest.skip(f"needs {VENV312} (make .venv312/.installed: Python 3.12 with torch, transformers)")
+    p = subprocess.run([str(VENV312), str(SCENARIOS)], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert p.stderr.strip() == "", p.stderr  # nothing on the target's stderr
+    return json.loads(p.stdout)
+
+
+def _row(rows: list) -> dict:
+    assert len(rows) == 1, rows
+    r = rows[0]
+    keys = ("tid", "start", "first", "end", "batch", "prompt", "new", "kv", "device", "forwards")
+    return dict(zip(keys, r, strict=True))
+
+
+def test_a_generate_call_has_its_batch_tokens_cache_and_first_token(seen: dict) -> None:
+    hf = seen["hf"]
+    r = _row(hf["rows"])
+    assert (r["batch"], r["prompt"], r["new"], r["forwards"]) == (3, 7, 5, 5)
+    assert r["kv"] == seen["kv_expected"] and r["device"] == "cpu"
+    start, first, end = hf["own"]  # ns: around the call, and the streamer's first new token
+    assert start <= r["start"] * 1e9 < r["first"] * 1e9 < r["end"] * 1e9 <= end
+    own_ttft, our_ttft = first - start, r["first"] * 1e9 - r["start"] * 1e9
+    assert abs(our_ttft - own_ttft) <= 0.15 * own_ttft, (our_ttft, own_ttft)
+
+
+def test_a_generate_call_is_sent_as_its_prefill_then_its_decode(seen: dict) -> None:
+    hf = seen["hf"]
+    r = _row(hf["rows"])
+    assert [s[0] for s in hf["spans"]] == ["prefill", "decode"]  # no forward per token
+    (_, p0, p1), (_, d0, d1) = hf["spans"]
+    assert p1 == d0 and abs(p1 / 1e9 - r["first"]) < 1e-6
+    assert abs(p0 / 1e9 - r["start"]) < 1e-6 and abs(d1 / 1e9 - r["end"]) < 1e-6
+
+
+def test_beam_search_counts_the_requests_and_the_cache_of_every_beam(seen: dict) -> None:
+    r = _row(seen["beam"]["rows"])
+    assert (r["batch"], r["prompt"], r["new"]) == (2, 7, 5)
+    # 2 requests x 2 beams, 2 layers, keys and values, 32 wide, float32, 11 positions fed
+    assert r["kv"] == 2 * 2 * 2 * 2 * 32 * 4 * 11
+
+
+def test_a_hand_written_loop_named_by_a_pattern_counts_a_token_per_forward(seen: dict) -> None:
+    loop = seen["loop"]
+    r = _row(loop["rows"])
+    assert (r["batch"], r["prompt"], r["new"], r["forwards"]) == (2, 6, 4, 4)
+    assert r["kv"] == -1 and r["device"] == ""  # no cache object to read
+    assert r["start"] < r["first"] < r["end"]
+    assert [s[0] for s in loop["spans"]] == ["prefill", "decode"]
+
+
+def test_a_call_running_when_the_monitor_starts_counts_nothing(seen: dict) -> None:
+    adopted = seen["adopted"]
+    assert adopted["rows_of_the_running_one"] == 0
+    assert _row(adopted["rows"])["new"] == 5  # the next call is followed whole
+    assert [s[0] for s in adopted["spans"]] == ["prefill", "decode"]  # no forward per token of it
+
+
+def test_a_call_that_raises_is_no_generation_and_the_next_one_is(seen: dict) -> None:
+    assert seen["raised"] == "ValueError"
+    after = seen["after_error"]
+    assert _row(after["rows"])["new"] == 5
+    assert [s[0] for s in after["spans"]] == ["forward", "prefill", "decode"]  # the failed call
