@@ -16,6 +16,7 @@ from infertop.model.events import (
     Frame,
     FrameDef,
     GcPause,
+    GenerationCall,
     LoopLag,
     OpWindow,
     SampleWindow,
@@ -46,6 +47,9 @@ EVENTS = [
     LoopLag(1000.9, 0.08, 8),
     CallSamples(100.0, ((7, 1000.51, 1), (7, 1000.52, 0)), ((1000.6, 1000.62),)),
     CallSamples(100.0, (), (), pid=4242),
+    # 1.7: a generation call (one of a child's, with what the agent could not see left None)
+    GenerationCall(7, 1000.1, 1000.12, 1000.3, 4, 32, 17, 65536, "cpu", 17),
+    GenerationCall(9, 1000.4, None, 1000.5, pid=4242),
 ]
 
 
@@ -60,7 +64,7 @@ def test_round_trip_is_exact(tmp_path) -> None:
     p = str(tmp_path / "a.infertop")
     write(p, [EVENTS[:7], EVENTS[7:]])
     rec = read_recording(p)
-    assert rec.events == EVENTS and rec.warning is None and rec.version == (1, 6)
+    assert rec.events == EVENTS and rec.warning is None and rec.version == (1, 7)
 
 
 def test_truncated_file_reads_up_to_the_damage(tmp_path) -> None:
