@@ -7,7 +7,8 @@ shown.
 Recordings: the recorded textgen sample (``tests/data/recordings/``), a recording with two GPUs'
 NVML readings made from the fixtures (``gpu_data``), two real traces imported as a directory
 of ranks, committed (the processes screen), and a recording with GC pauses, event-loop lag and
-call samples (the stage panel's pause rows, the tail view). Textual is pinned in
+call samples (the stage panel's pause rows, the tail view), and one of real Hugging Face
+``generate`` calls (the generation rows). Textual is pinned in
 requirements-dev.txt, since its renderer draws the pixels. An intended change of look is accepted by regenerating them:
 ``INFERTOP_UPDATE_SNAPSHOTS=1 python -m pytest tests/tui/test_snapshots.py``."""
 
@@ -36,6 +37,8 @@ RANKS = data.DATA / "recordings" / "ranks_a100_cpu.infertop"
 SLOW = data.DATA / "recordings" / "textgen_slow_tokenizer.infertop"
 #: GC pauses, an event loop's lag and the agent's call samples (recordings/README)
 TAIL = data.DATA / "recordings" / "tail_pauses.infertop"
+#: real Hugging Face generate calls (recordings/README): the stage panel's generation rows
+HF = data.DATA / "recordings" / "textgen_hf.infertop"
 UPDATE = os.environ.get("INFERTOP_UPDATE_SNAPSHOTS") == "1"
 SIZES = [(80, 24), (160, 50)]
 #: view name -> (keys pressed on the replay of the recorded sample, text on the screen once
@@ -168,3 +171,14 @@ async def test_the_pause_rows_and_the_tail_view_render_as_saved(
         pytest.fail(f"test data missing: {TAIL}")
     svg, text = await _render(TAIL, keys, size, shown)
     _check(f"{view}-{size[0]}x{size[1]}", svg, text, tmp_path)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+async def test_the_generation_rows_render_as_saved(size: tuple[int, int], tmp_path: Path) -> None:
+    """The stage panel's prefill and decode rows, then TTFT, TPOT, tokens/s, the KV cache and
+    the latency by batch size."""
+    if not HF.is_file():
+        pytest.fail(f"test data missing: {HF}")
+    svg, text = await _render(HF, (), size, "TTFT p50")
+    assert "prefill" in text and "decode" in text
+    _check(f"stages-generation-{size[0]}x{size[1]}", svg, text, tmp_path)

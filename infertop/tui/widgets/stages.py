@@ -12,6 +12,7 @@ from infertop.analysis.shares import StageShare
 from infertop.analysis.snapshot import Snapshot
 from infertop.analysis.stages import IDLE
 from infertop.tui.palette import bar, sparkline, stage_color
+from infertop.tui.widgets.generation_rows import generation_rows
 from infertop.tui.widgets.pause_rows import pause_rows
 
 NAME_W = 12  # "postprocess "
@@ -95,6 +96,7 @@ def render_stages(snapshot: Snapshot | None, width: int, header: bool = True) ->
         lines.append(row)
     if snapshot.recent_requests is not None:
         lines.append(requests_row(snapshot.recent_requests))
+    lines += generation_rows(snapshot.generation, NAME_W)
     lines += pause_rows(snapshot, NAME_W, bar_w + PCT_W + TOTAL_W, spark_w)
     return Text("\n").join(lines)
 
@@ -115,7 +117,8 @@ def requests_row(req: RequestSummary) -> Text:
 
 class StagePanel(Widget):
     """One row per stage seen in the last 5 s: bar, share, session share, history, latency;
-    then a row for GC pauses and one for event-loop lag when there are any."""
+    then the requests' row, the generation calls' rows, and a row for GC pauses and one for
+    event-loop lag when there are any."""
 
     DEFAULT_CSS = """
     StagePanel { height: auto; }
