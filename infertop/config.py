@@ -247,6 +247,9 @@ class FindingThresholds:
     gc_long_pause_calls: float = 0.01  # ... lands in ≥ 1 % of stage calls
     event_loop_lag_p99_ms: float = 50.0
     memory_pressure_reserved: float = 0.90
+    #: kv-cache-headroom fires when the largest batch at the longest sequence would need more
+    #: than this share of the device memory left, beyond the largest cache already held
+    kv_headroom_share: float = 0.8
     fragmentation_share: float = 0.30
     fragmentation_min_bytes: int = 1 << 30
     straggler_slower: float = 0.10  # a process's step work ≥ 10 % above the others' median ...

@@ -58,6 +58,7 @@ def test_every_spec_rule_is_registered() -> None:
         "gil-contention", "gpu-memory-pressure", "allocator-fragmentation",
         "gc-pauses", "event-loop-lag",  # the tail issue's: docs/findings.md
         "ipc-heavy",  # the multi-process servers': the hop between processes
+        "kv-cache-headroom",  # generative inference: the largest batch's cache and memory left
     }  # fmt: skip
 
 

@@ -4,6 +4,8 @@ cache, and what made the slowest calls slow."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from infertop.analysis.generation import summarize_generations, tpot_ms, ttft_ms
@@ -94,3 +96,24 @@ def test_the_agent_s_message_becomes_events_with_unknowns_as_none() -> None:
     a, b = convert(msg)
     assert a == GenerationCall(11, 10.0, 10.02, 10.1, 4, 32, 17, 4096, "cuda:0", 17)
     assert b == GenerationCall(11, 11.0, None, 11.1)
+
+
+def test_kv_cache_headroom_fires_when_the_largest_batch_at_the_longest_sequence_would_not_fit() -> None:
+    from infertop.analysis.findings import FindingInput, evaluate
+
+    per_token = 2 * 24 * 2 * 16 * 128  # keys and values of 24 layers, 16 heads of 128, fp16
+    calls = [  # most calls are short; one batch of 16 and one prompt of 3000 tokens were seen
+        call(float(i), 30.0, 400.0, batch=4, prompt=200, new=101, device="cuda:0", kv=4 * 300 * per_token)
+        for i in range(30)
+    ]  # fmt: skip
+    calls.append(call(40.0, 30.0, 500.0, batch=16, prompt=200, new=101, device="cuda:0", kv=16 * 300 * per_token))
+    calls.append(call(41.0, 90.0, 800.0, batch=1, prompt=3000, new=101, device="cuda:0", kv=3100 * per_token))
+    roomy = summarize_generations(calls, free_bytes=80 * 2**30)
+    tight = summarize_generations(calls, free_bytes=8 * 2**30)
+    assert tight.kv_cache.worst_case_bytes == 16 * 3101 * per_token  # 37.9 GiB
+    assert not [f for f in evaluate(FindingInput(generation=roomy)) if f.rule == "kv-cache-headroom"]
+    (f,) = [f for f in evaluate(FindingInput(generation=tight)) if f.rule == "kv-cache-headroom"]
+    assert f.severity == "high" and f.evidence["max_batch"] == 16 and f.evidence["max_tokens"] == 3101
+    assert f.evidence["headroom_bytes"] == 8 * 2**30 and "paged" in f.hint
+    on_cpu = summarize_generations([replace(c, kv_device="cpu") for c in calls], free_bytes=1)
+    assert not [f for f in evaluate(FindingInput(generation=on_cpu)) if f.rule == "kv-cache-headroom"]

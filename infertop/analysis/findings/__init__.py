@@ -2,6 +2,8 @@
 
 - ``rules``: the registry (``RULES``), ``FindingInput`` and ``evaluate``/``ranked``; every rule
   is in docs/findings.md;
+- ``memory``: the memory rules (device memory, the allocator's slack, the KV cache's headroom),
+  registered after the others;
 - ``session``: a snapshot's evidence (``snapshot_input``);
 - ``trace``: a torch.profiler trace's (``trace_input``);
 - ``live``: the live and replayed snapshot's findings, per process and for the whole session
@@ -11,6 +13,7 @@ This package exports the rules' names; ``session``, ``trace`` and ``live`` load 
 the trace model, so they are imported by name where needed.
 """
 
+from infertop.analysis.findings import memory as _memory  # noqa: F401  (its rules register)
 from infertop.analysis.findings.rules import (
     RULES,
     FindingInput,

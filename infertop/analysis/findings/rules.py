@@ -21,6 +21,7 @@ from infertop.model.rows import OpRow
 from infertop.trace.gpu import GpuSummary, quantile
 
 if TYPE_CHECKING:  # types only: a trace report need not load the NVML series module
+    from infertop.analysis.generation import GenerationSummary
     from infertop.analysis.gpu_series import NvmlBusy
     from infertop.analysis.pauses import GcSummary, LoopLagSummary
 
@@ -60,6 +61,7 @@ class FindingInput:
     nvml: NvmlBusy | None = None  # NVML utilisation of the target's GPUs (no profiler needed)
     gc: GcSummary | None = None  # the agent's GC pauses
     event_loop: LoopLagSummary | None = None  # the agent's heartbeats on asyncio loops
+    generation: GenerationSummary | None = None  # the agent's generation calls
 
 
 Rule = Callable[[FindingInput, FindingThresholds], "Finding | None"]
@@ -407,51 +409,6 @@ def event_loop_lag(inp: FindingInput, th: FindingThresholds) -> Finding | None:
         "something blocks the loop: run CPU-bound or blocking calls (model forward, tokenizer, "
         "file or socket I/O without await) in a thread or process pool "
         "(loop.run_in_executor / asyncio.to_thread); every request on the loop waits for them",
-    )
-
-
-@rule("gpu-memory-pressure")
-def memory_pressure(inp: FindingInput, th: FindingThresholds) -> Finding | None:
-    m = inp.memory
-    if m is None:
-        return None
-    ratio = m.reserved / m.total if m.reserved is not None and m.total else 0.0
-    if ratio < th.memory_pressure_reserved and m.alloc_retries == 0 and m.ooms == 0:
-        return None
-    sev = "high" if m.ooms or ratio >= 0.97 else "medium" if m.alloc_retries or ratio >= 0.93 else "low"
-    return Finding(
-        "gpu-memory-pressure",
-        sev,
-        ("reserved GPU memory" if m.source == "allocator" else "the target's GPU memory (NVML)")
-        + f" at {100 * ratio:.0f}% of the device"
-        + (f", {m.alloc_retries} allocator retries" if m.alloc_retries else "")
-        + (f", {m.ooms} OOMs" if m.ooms else ""),
-        {"reserved_share": round(ratio, 4), "reserved": m.reserved, "total": m.total,
-         "alloc_retries": m.alloc_retries, "ooms": m.ooms, "source": m.source},  # fmt: skip
-        (),
-        "lower the batch size or max sequence length, free cached tensors between requests, "
-        "or set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to cut fragmentation",
-    )
-
-
-@rule("allocator-fragmentation")
-def fragmentation(inp: FindingInput, th: FindingThresholds) -> Finding | None:
-    m = inp.memory
-    if m is None or m.reserved is None or m.allocated is None or m.reserved <= 0:
-        return None
-    slack = m.reserved - m.allocated
-    share = slack / m.reserved
-    if share < th.fragmentation_share or slack < th.fragmentation_min_bytes:
-        return None
-    return Finding(
-        "allocator-fragmentation",
-        _severity(share, 0.45, 0.6),
-        f"{slack / 2**30:.1f} GiB reserved but not allocated ({100 * share:.0f}% of reserved)",
-        {"reserved": m.reserved, "allocated": m.allocated, "slack_share": round(share, 4),
-         "device_total": m.total},  # fmt: skip
-        (),
-        "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, keep tensor shapes stable "
-        "(pad to buckets), and avoid torch.cuda.empty_cache() churn",
     )
 
 

@@ -71,6 +71,7 @@ def snapshot_input(snap: Snapshot) -> FindingInput:
         event_loop=snap.pauses.event_loop if snap.pauses else None,
         queue_latency_share=_queue_share(snap),
         gil_wait_share=snap.pauses.gil_share if snap.pauses else None,
+        generation=snap.generation,
     )
 
 
