@@ -268,10 +268,22 @@ class Config:
     #: a stage's calls at least this slow (ms) are its slow calls in the tail view (``[tail]
     #: slow``, ``--slow STAGE=MS``); a stage not named: its p99
     slow_ms: tuple[tuple[str, float], ...] = ()
+    #: functions that are generation calls (a hand-written decode loop: ``--generate``,
+    #: ``[generate] functions``), as FILE_GLOB:FUNC_GLOB; their samples are ``decode``
+    generate_functions: tuple[str, ...] = ()
 
     def with_stage_args(self, args: list[str]) -> Config:
         """Add ``--stage NAME=PATTERN`` arguments (they go before the file's rules)."""
         return replace(self, stage_rules=tuple(parse_stage_arg(a) for a in args) + self.stage_rules)
+
+    def with_generate_args(self, args: list[str]) -> Config:
+        """Add ``--generate FILE_GLOB:FUNC_GLOB`` arguments: the agent follows each call as a
+        generation, and the call's samples are ``decode`` (a rule before the defaults)."""
+        patterns = tuple(parse_generate_arg(a) for a in args)
+        rules = tuple(("decode", p) for p in patterns)
+        return replace(
+            self, generate_functions=self.generate_functions + patterns, stage_rules=rules + self.stage_rules
+        )
 
     def with_slow_args(self, args: list[str]) -> Config:
         """Add ``--slow STAGE=MS`` arguments (they replace the file's for the same stage)."""
@@ -293,6 +305,18 @@ def parse_slow_arg(arg: str) -> tuple[str, float]:
             "write STAGE=MS, e.g. --slow preprocess=40: its calls of 40 ms or more are the slow ones",
         )
     return name, ms
+
+
+def parse_generate_arg(arg: str) -> str:
+    pattern = arg.strip()
+    func = pattern.rsplit(":", 1)[-1]
+    if not pattern or not func or "=" in pattern:
+        raise UsageError(
+            f"bad --generate {arg!r}",
+            "write FUNC_GLOB or FILE_GLOB:FUNC_GLOB of your generation loop, e.g. "
+            "--generate '*server.py:generate_tokens' (Hugging Face generate needs none)",
+        )
+    return pattern
 
 
 def parse_stage_arg(arg: str) -> tuple[str, str]:
@@ -363,9 +387,21 @@ def load_config(path: str | None) -> Config:
             findings = replace(findings, **{key: type(getattr(findings, key))(_positive(value, f"findings.{key}", path))})
         except ValueError as exc:
             raise UsageError(str(exc)) from None
-    return Config(collect=collect, stage_rules=tuple(rules), findings=findings,
-                  fold_frames=_fold_frames(data.get("flame", {}), path),
-                  slow_ms=_slow(data.get("tail", {}), path))  # fmt: skip
+    cfg = Config(collect=collect, stage_rules=tuple(rules), findings=findings,
+                 fold_frames=_fold_frames(data.get("flame", {}), path),
+                 slow_ms=_slow(data.get("tail", {}), path))  # fmt: skip
+    return cfg.with_generate_args(_generate(data.get("generate", {}), path))
+
+
+def _generate(raw: object, path: str) -> list[str]:
+    if not isinstance(raw, dict) or set(raw) - {"functions"}:
+        raise UsageError(f"{path}: [generate] must be a table with functions = [PATTERN, ...]")
+    patterns = raw.get("functions", [])
+    if isinstance(patterns, str):
+        patterns = [patterns]
+    if not isinstance(patterns, list) or not all(isinstance(p, str) and p for p in patterns):
+        raise UsageError(f"{path}: generate.functions must be a list of FILE_GLOB:FUNC_GLOB patterns")
+    return patterns
 
 
 def _slow(raw: object, path: str) -> tuple[tuple[str, float], ...]:

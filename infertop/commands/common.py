@@ -76,7 +76,19 @@ def add_collect_flags(p: argparse.ArgumentParser, defaults: AgentConfig | None) 
         "e.g. --stage preprocess='*server.py:encode_batch'. Your rules win over the defaults.",
     )
     p.add_argument(
-        "--config", metavar="FILE", help="TOML config with [collect], [stages] and [findings]"
+        "--generate",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="a function of yours that is one generation call (a hand-written decode loop), "
+        "repeatable; FUNC_GLOB or FILE_GLOB:FUNC_GLOB, e.g. --generate '*server.py:generate_tokens'. "
+        "Python >= 3.12: each call's time to first token, time per token, batch and tokens, "
+        "with prefill until its model's first forward returns. Hugging Face generate needs none.",
+    )
+    p.add_argument(
+        "--config",
+        metavar="FILE",
+        help="TOML config with [collect], [stages], [generate] and [findings]",
     )
     add_slow_flag(p)
     p.add_argument(
@@ -124,16 +136,18 @@ def add_collect_flags(p: argparse.ArgumentParser, defaults: AgentConfig | None) 
 
 # -- running ------------------------------------------------------------------------------
 def load_cfg(
-    config: str | None, stages: Sequence[str], rate: float | None = None, slow: Sequence[str] = ()
-) -> Config:
+    config: str | None, stages: Sequence[str], rate: float | None = None, slow: Sequence[str] = (),
+    generate: Sequence[str] = (),
+) -> Config:  # fmt: skip
     """The config file (or the defaults), the ``--stage`` rules, the ``--slow`` thresholds and,
-    for the commands that collect, ``--rate``."""
+    for the commands that collect, ``--rate`` and ``--generate``."""
     # imported here: dataclasses and the config module (TOML) would cost every command start-up
     from dataclasses import replace
 
     from infertop.config import load_config
 
     cfg = load_config(config).with_stage_args(list(stages)).with_slow_args(list(slow))
+    cfg = cfg.with_generate_args(list(generate))
     if rate is not None:
         if not 1 <= rate <= 1000:
             raise UsageError(

@@ -30,6 +30,7 @@ class CollectOptions:
 
     config: str | None = None
     stages: tuple[str, ...] = ()
+    generate: tuple[str, ...] = ()  # --generate PATTERN
     slow: tuple[str, ...] = ()  # --slow STAGE=MS
     rate: float | None = None  # py-spy's Hz; None: the config's
     inject: bool = True  # False: --no-inject
@@ -45,6 +46,7 @@ class CollectOptions:
         return cls(
             config=args.config,
             stages=tuple(args.stage),
+            generate=tuple(args.generate),
             slow=tuple(args.slow),
             rate=args.rate,
             inject=not args.no_inject,
@@ -56,7 +58,7 @@ class CollectOptions:
         )
 
     def load_config(self) -> Config:
-        return load_cfg(self.config, self.stages, self.rate, self.slow)
+        return load_cfg(self.config, self.stages, self.rate, self.slow, self.generate)
 
 
 def build_collectors(
@@ -130,7 +132,11 @@ def _matched_collectors(
 
 def agent_config(opts: CollectOptions, cfg: Config) -> AgentConfig:
     """The agent's settings: the defaults, the stage rules' functions, the flags (checked)."""
-    agent = replace(agent_defaults(), stage_functions=tuple(cfg.stage_rules))
+    agent = replace(
+        agent_defaults(),
+        stage_functions=tuple(cfg.stage_rules),
+        generate_functions=cfg.generate_functions,
+    )
     window, period = opts.profile_window, opts.profile_period
     if window is not None:
         if not 0.1 <= window <= 10:

@@ -262,7 +262,8 @@ class _Agent(
         self._start_pauses()
         if first:
             self._start_call_samples()
-        if self.config["stage_functions"] and not _Monitor.available():
+        if (self.config["stage_functions"] or self.config.get("generate_functions")) and not _Monitor.available():
             self._status_once(
-                "monitoring", "off", "stage_functions need Python >= 3.12 (sys.monitoring)"
-            )
+                "monitoring", "off",
+                "stage_functions and generate_functions need Python >= 3.12 (sys.monitoring)",
+            )  # fmt: skip

@@ -83,6 +83,29 @@ def find_generation_codes(patterns=(), model_codes=(), known=True):
     return found
 
 
+def transformers_warning(codes):
+    """What to say once when the target's transformers is one whose generate the agent does not
+    know (its calls then go untimed, or timed by the names it had; the samples' prefill and
+    decode come from the stack rules alone); None when it knows it, or none is loaded."""
+    tf = sys.modules.get("transformers")
+    if tf is None or sys.modules.get("transformers.generation.utils") is None:
+        return None  # no generation loaded: nothing to follow
+    version = str(getattr(tf, "__version__", "?"))
+    kinds = set(codes.values())
+    if "call" not in kinds:
+        why = "its GenerationMixin.generate was not found"
+    elif version.split(".")[0] not in ("4", "5"):
+        why = "a version the agent does not know (it knows 4.4x and 5.x)"
+    elif "prefill" not in kinds and "token" not in kinds:
+        why = "neither its _prefill nor its stopping criteria were found"
+    else:
+        return None
+    return (
+        "transformers %s: %s; generation calls may go untimed, prefill and decode come from "
+        "the stack rules" % (version, why)
+    )
+
+
 def _shape_of(value):
     """(batch, length) of a tensor of ids (length None for one dimension), else None."""
     torch = sys.modules.get("torch")

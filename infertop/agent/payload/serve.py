@@ -17,7 +17,7 @@ from infertop.agent.payload.constants import (
     MAX_STAGE_FUNCTIONS,
     SEND_TIMEOUT_S,
 )
-from infertop.agent.payload.generation import find_generation_codes
+from infertop.agent.payload.generation import find_generation_codes, transformers_warning
 from infertop.agent.payload.stages import (
     _CALL_FILTERS,
     _Monitor,
@@ -329,6 +329,9 @@ class _ServingMixin:
         if not user and not known:
             return {}
         codes = find_generation_codes(user, models, known)
+        warning = transformers_warning(codes) if known else None
+        if warning:
+            self._status_once("generation", "running", warning)
         if not any(k == "call" for k in codes.values()):
             return {}  # no generation to follow: the forwards need not be watched for one
         return codes

@@ -58,6 +58,8 @@ class AgentConfig:
     #: stacks a second of the threads inside stage calls (tail attribution); 0: none
     call_sample_hz: float = 100.0
     pauses: bool = True  # garbage-collection pauses and asyncio event-loop lag
+    #: FILE_GLOB:FUNC_GLOB of the user's generation loops (Hugging Face generate is known)
+    generate_functions: tuple[str, ...] = ()
 
     def message(self) -> dict[str, Any]:
         return {
@@ -70,6 +72,7 @@ class AgentConfig:
             "stage_functions": [[s, p] for s, p in self.stage_functions],
             "call_sample_hz": self.call_sample_hz,
             "pauses": self.pauses,
+            "generate_functions": list(self.generate_functions),
         }
 
 

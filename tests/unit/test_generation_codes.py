@@ -1,0 +1,47 @@
+"""Which code the agent follows in a generation (``find_generation_codes``), and when it says
+that the target's transformers is one it does not know, with the real transformers in this
+process (the timer itself needs Python 3.12: tests/agent/test_generation_monitor.py)."""
+
+from __future__ import annotations
+
+import transformers
+from transformers.generation import stopping_criteria, utils
+
+from infertop.agent.payload.generation import find_generation_codes, transformers_warning
+from infertop.agent.payload.stages import parse_stage_patterns
+
+
+def _code(fn):
+    while hasattr(fn, "__wrapped__"):
+        fn = fn.__wrapped__
+    return fn.__code__
+
+
+def my_decode_loop(model, ids, n):
+    return [model(ids) for _ in range(n)]
+
+
+def test_generate_its_prefill_its_loops_and_the_stopping_criteria_are_followed() -> None:
+    codes = find_generation_codes()
+    g = utils.GenerationMixin
+    assert codes[_code(g.generate)] == "call"  # under torch.no_grad's shared wrapper
+    assert codes[_code(g._prefill)] == "prefill"
+    assert codes[_code(g._sample)] == "loop" and codes[_code(g._beam_search)] == "loop"
+    assert codes[_code(stopping_criteria.StoppingCriteriaList.__call__)] == "token"
+    assert transformers_warning(codes) is None  # transformers 5.24: known
+
+
+def test_a_named_loop_is_a_call_and_nothing_known_without_known_entry_points() -> None:
+    user = parse_stage_patterns([["decode", "*test_generation_codes.py:my_decode_loop"]])
+    codes = find_generation_codes(user, (), known=False)
+    assert codes == {my_decode_loop.__code__: "call"}
+
+
+def test_an_unknown_transformers_is_said_once_with_what_is_missing(monkeypatch) -> None:
+    codes = find_generation_codes()
+    monkeypatch.setattr(transformers, "__version__", "7.1.0")
+    msg = transformers_warning(codes)
+    assert msg and "transformers 7.1.0" in msg and "does not know" in msg and "stack rules" in msg
+    monkeypatch.setattr(transformers, "__version__", "5.24.0")
+    without = {c: k for c, k in codes.items() if k == "loop"}  # a release that renamed generate
+    assert "GenerationMixin.generate was not found" in transformers_warning(without)
