@@ -26,10 +26,11 @@ def status_of(path: Path) -> dict:
         return {}
 
 
-def start_target(args: list[str], **kw) -> subprocess.Popen[str]:
-    """Start a Python target and wait until py-spy can read it (its interpreter is up)."""
+def start_target(args: list[str], python: str | None = None, **kw) -> subprocess.Popen[str]:
+    """Start a Python target (with ``python``, else this test's interpreter) and wait until
+    py-spy can read it (its interpreter is up)."""
     proc = subprocess.Popen(
-        [sys.executable, *args],
+        [python or sys.executable, *args],
         cwd=ROOT,
         stdin=kw.pop("stdin", subprocess.DEVNULL),
         stdout=subprocess.PIPE,

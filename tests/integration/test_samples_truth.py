@@ -15,18 +15,20 @@ samples (100 Hz, 12 s): sigma ~0.015, measured errors within 0.026 over repeated
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import resource
+import statistics
 import threading
 import time
 from typing import Self
 
 import pytest
 
-from infertop.model.events import SampleWindow
+from infertop.model.events import GenerationCall, SampleWindow
 from infertop.record.reader import read_recording
 
-from .helpers import infertop, read_truth, report_json, start_target, stop_target
+from .helpers import VENV312, infertop, read_truth, report_json, start_target, stop_target
 
 # solo: the 3-point accuracy holds for the sample alone on its cores, not beside another test
 pytestmark = [pytest.mark.slow, pytest.mark.solo]
@@ -148,9 +150,48 @@ def test_hugging_face_generate_splits_into_prefill_and_decode(tmp_path) -> None:
     assert {"prefill", "decode"} <= {s["name"] for s in rep["stages"]}
 
 
+def test_generation_calls_match_the_service_s_own_timing_on_312(tmp_path) -> None:
+    """Real ``generate`` on Python 3.12 (torch and transformers in .venv312), dynamic batches of
+    2-8 from 8 clients, attached with the defaults: per call the agent's TTFT and TPOT p50
+    within 15 % of the service's own (a streamer's first token), the batch sizes' p50 and max
+    exact, the KV cache's largest within 10 % of its size from the model's shape; prefill and
+    decode as wall shares within 3 points of the truth."""
+    if not VENV312.exists():
+        pytest.skip(f"needs {VENV312} (make .venv312/.installed: Python 3.12 with torch, transformers)")
+    spent, out = _record_beside_truth(
+        tmp_path, ["samples/textgen_service.py", "--hf", "--clients", "8", "--rate", "6"], "20", "100",
+        wall_only=True, python=str(VENV312),
+    )  # fmt: skip
+    rep = report_json(out)
+    g = rep["generation"]
+    assert g is not None and g["calls"] >= 40, g
+    calls = [e for e in read_recording(out).events if isinstance(e, GenerationCall)]
+    t0, t1 = min(c.t_start for c in calls), max(c.t_end for c in calls)
+    with open(tmp_path / "truth.json") as fh:
+        own = [c for c in json.load(fh)["calls"]["generation"]
+               if t0 - 0.005 <= c["t"] and c["t"] + c["total_ms"] / 1000 <= t1 + 0.005]  # fmt: skip
+    assert abs(len(own) - len(calls)) <= 1, (len(own), len(calls))
+
+    def p50(key: str) -> float:
+        return statistics.median(c[key] for c in own if c[key] is not None)
+
+    print(f"TTFT p50 {g['ttft_ms']['p50']:.2f} (own {p50('ttft_ms'):.2f}) ms, TPOT p50 "
+          f"{g['tpot_ms']['p50']:.3f} (own {p50('tpot_ms'):.3f}) ms, calls {len(calls)}")  # fmt: skip
+    assert g["ttft_ms"]["p50"] == pytest.approx(p50("ttft_ms"), rel=0.15)
+    assert g["tpot_ms"]["p50"] == pytest.approx(p50("tpot_ms"), rel=0.15)
+    assert g["batch_size"]["p50"] == p50("batch") and g["batch_size"]["max"] == max(c["batch"] for c in own)
+    assert g["kv_cache"]["bytes_max"] == pytest.approx(max(c["kv_bytes"] for c in own), rel=0.10)
+    truth = {s: spent.get(s, 0.0) / sum(spent.get(x, 0.0) for x in GENERATION) for s in GENERATION}
+    wall = {s["name"]: s["share"] for s in rep["stages"]}
+    ours = {s: wall.get(s, 0.0) / sum(wall.get(x, 0.0) for x in GENERATION) for s in GENERATION}
+    print(f"prefill {ours['prefill']:.3f} (truth {truth['prefill']:.3f}), decode {ours['decode']:.3f} (truth {truth['decode']:.3f})")
+    for stage in ("prefill", "decode"):
+        assert ours[stage] == pytest.approx(truth[stage], abs=0.03), (stage, ours, truth)
+
+
 def _record_beside_truth(
     tmp_path, argv: list[str], duration: str, rate: str, wall_only: bool = False,
-    load: _OtherLoad | None = None,
+    load: _OtherLoad | None = None, python: str | None = None,
 ) -> tuple[dict[str, float], str]:
     """Start the target with its ground truth, record it with the defaults but for the rate and
     duration; return the truth's seconds by stage over the time py-spy sampled (its wall
@@ -166,7 +207,7 @@ def _record_beside_truth(
     with the truth of the wall windows."""
     truth_path = str(tmp_path / "truth.json")
     env = {**os.environ, "SAMPLES_TRUTH_INTERVAL_S": "0.05"}
-    target = start_target([*argv, "--truth", truth_path], env=env)
+    target = start_target([*argv, "--truth", truth_path], python=python, env=env)
     try:
         _settled_truth(truth_path)
         series = _TruthSeries(truth_path)
