@@ -87,6 +87,8 @@ def test_a_fastapi_app_has_request_and_tokenizer_latency_with_no_flags(tmp_path:
     assert not clients.errors, clients.errors
     rep = report_json(str(out))
     stages = {s["name"]: s for s in rep["stages"]}
+    # transformers is loaded (its tokenizer) but nothing generates: no generation section
+    assert rep["generation"] is None and "prefill" not in stages and "decode" not in stages
 
     # the requests, in the app, against the clients' own round trips over the same seconds
     req = rep["requests"]

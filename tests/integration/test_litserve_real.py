@@ -146,3 +146,75 @@ def test_a_litserve_server_has_request_and_stage_latency_roles_and_ipc_with_no_f
     print(f"LitServe: a request's p50 by stage {({k: v['p50'] for k, v in br.items()})}")
     text = infertop("report", str(out))
     assert "a request's stages, p50/p99 ms (joined by time, approximate)" in text.stdout, text.stdout
+
+
+GENERATE_APP = ROOT / "tests" / "integration" / "targets" / "litserve_generate.py"
+
+
+class Prompts(Clients):
+    """Six clients asking for completions of prompts of a few lengths."""
+
+    def _run(self) -> None:
+        i = threading.get_ident() % 3  # prompts of three lengths across the clients
+        body = json.dumps({"prompt": "the quick brown fox jumps over the lazy dog " * (1 + i)}).encode()
+        headers = {"content-type": "application/json"}
+        while not self.stop.is_set():
+            t = time.perf_counter()
+            req = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
+            with urllib.request.urlopen(req, timeout=30) as r:
+                r.read()
+            self.done.append((time.time(), (time.perf_counter() - t) * 1000))
+
+
+@pytest.mark.solo  # the service's own timing is the yardstick: beside another test it would wait for CPU too
+@pytest.mark.skipif(not _has_litserve(), reason=f"needs {VENV312} with litserve (make .venv312/.installed)")
+def test_generation_calls_in_a_litserve_worker_match_its_own_timing(tmp_path: Path) -> None:
+    """A LitServe text-generation server (generate on dynamic batches, in the spawned worker),
+    attached with --children and nothing else: the worker's generation calls with TTFT and TPOT
+    p50 within 15 % of its own timing, the batch sizes' p50 and max exact, its KV cache's
+    largest within 10 % of the size from the model's shape."""
+    port, own = _free_port(), tmp_path / "own.jsonl"
+    log = open(tmp_path / "server.log", "w")  # noqa: SIM115 - closed at the end
+    proc = subprocess.Popen(
+        [str(VENV312), str(GENERATE_APP), str(port), str(own)], cwd=ROOT, stdin=subprocess.DEVNULL,
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    clients = None
+    try:
+        until(lambda: _healthy(port), 120, f"LitServe's /health on port {port}")
+        clients = Prompts(port)
+        until(lambda: len(clients.done) > 30, 60, "the first answers")
+        out = tmp_path / "generate.infertop"
+        p = infertop("record", str(proc.pid), "--children", "-o", str(out), "--duration", "15",
+                     timeout=200)  # fmt: skip
+        assert p.returncode == 0, p.stderr
+    finally:
+        if clients is not None:
+            clients.close()
+        _stop(proc)
+        log.close()
+    rep = report_json(str(out))
+    g = rep["generation"]
+    assert g is not None and g["calls"] >= 30, g
+    from infertop.model.events import GenerationCall
+    from infertop.record.reader import read_recording
+
+    calls = [e for e in read_recording(str(out)).events if isinstance(e, GenerationCall)]
+    assert {c.pid for c in calls} != {0}, "the calls are the worker's, not the API process's"
+    t0, t1 = min(c.t_start for c in calls), max(c.t_end for c in calls)
+    mine = [json.loads(line) for line in own.read_text().splitlines()]
+    mine = [c for c in mine if t0 - 0.005 <= c["t"] and c["t"] + c["total_ms"] / 1000 <= t1 + 0.005]
+    assert abs(len(mine) - len(calls)) <= 1, (len(mine), len(calls))
+
+    def p50(key: str) -> float:
+        v = sorted(c[key] for c in mine)
+        return v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
+
+    print(f"LitServe generate: TTFT p50 {g['ttft_ms']['p50']:.2f} (own {p50('ttft_ms'):.2f}) ms, "
+          f"TPOT p50 {g['tpot_ms']['p50']:.3f} (own {p50('tpot_ms'):.3f}) ms, {len(calls)} calls")  # fmt: skip
+    assert g["ttft_ms"]["p50"] == pytest.approx(p50("ttft_ms"), rel=0.15)
+    assert g["tpot_ms"]["p50"] == pytest.approx(p50("tpot_ms"), rel=0.15)
+    assert g["batch_size"]["p50"] == p50("batch") and g["batch_size"]["max"] == max(c["batch"] for c in mine)
+    assert g["kv_cache"]["bytes_max"] == pytest.approx(max(c["kv_bytes"] for c in mine), rel=0.10)
+    stages = {s["name"] for s in rep["stages"]}
+    assert {"prefill", "decode"} <= stages, stages
