@@ -1,0 +1,170 @@
+"""What following generation calls costs the target (not collected by pytest): Hugging Face
+``generate`` on the text-generation sample's random-weight GPT-2, in one Python 3.12 process
+pinned to one core, timed by CPU time (``time.thread_time``: this thread's, which is where every
+callback runs) per call, in phases that rotate each round:
+
+- ``none``        no monitor (twice: ``none`` and ``none again``; their ratio is the noise floor);
+- ``forward``     the monitor as before generation calls were followed: ``generate`` and the
+                  model's forward timed as forward stage calls, nothing else;
+- ``generation``  the defaults now: the same, and the generation tracker on ``generate``,
+                  ``_prefill``, the decode loop, the stopping criteria and the forwards inside.
+
+    .venv312/bin/python benchmarks/bench_generation_cost.py [--rounds 40] [--calls 8]
+        [--batch 4] [--prompt 64] [--new 16] [--d-model 128] [--layers 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+from transformers.utils import logging as hf_logging  # noqa: E402
+
+from infertop.agent.payload.generation import _Generations, find_generation_codes  # noqa: E402
+from infertop.agent.payload.stages import _Monitor, find_known_codes, find_model_codes  # noqa: E402
+from samples.common.hf_generate import build_model  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=40)
+    ap.add_argument("--calls", type=int, default=8)
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--prompt", type=int, default=64)
+    ap.add_argument("--new", type=int, default=16)
+    ap.add_argument("--d-model", type=int, default=128)
+    ap.add_argument("--layers", type=int, default=2)
+    args = ap.parse_args()
+    os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[-1]})
+    torch.set_num_threads(1)
+    hf_logging.set_verbosity_error()
+    model = build_model(2000, args.d_model, args.layers, 4, args.prompt + args.new + 8)
+    ids = torch.randint(2, 2000, (args.batch, args.prompt))
+    mask = torch.ones_like(ids)
+    kw = dict(max_new_tokens=args.new, min_new_tokens=args.new, do_sample=False, pad_token_id=0)
+
+    def run() -> float:
+        """CPU seconds per call, after one call untimed: a monitor installed or removed makes
+        the interpreter re-instrument the code it runs next, once (not the steady state)."""
+        with torch.inference_mode():
+            model.generate(ids, attention_mask=mask, **kw)
+        t = time.thread_time()
+        with torch.inference_mode():
+            for _ in range(args.calls):
+                model.generate(ids, attention_mask=mask, **kw)
+        return (time.thread_time() - t) / args.calls
+
+    models = find_model_codes()
+    stage_codes = {c: s for c, (s, _f) in find_known_codes(models).items()}
+    gen_codes = find_generation_codes((), models)
+
+    def phase(mode: str) -> float:
+        if mode.startswith("none"):
+            return run()
+        gens = _Generations(gen_codes) if mode == "generation" else None
+        mon = _Monitor(stage_codes, lambda *a: None, generations=gens)
+        mon.install()
+        try:
+            return run()
+        finally:
+            mon.uninstall()
+
+    run()  # warm
+    # each round runs every mode once, in a rotated order, and each mode is compared with the
+    # round's own ``none``: the machine's drift (minutes) cancels within a round (seconds)
+    modes = ["none", "none again", "forward", "generation"]
+    per: dict[str, list[float]] = {m: [] for m in modes}
+    ratios: dict[str, list[float]] = {m: [] for m in modes}
+    for r in range(args.rounds):
+        order = modes[r % len(modes):] + modes[: r % len(modes)]
+        got = {m: phase(m) for m in order}
+        for m in modes:
+            per[m].append(got[m])
+            ratios[m].append(got[m] / got["none"])
+    print(f"generate: batch {args.batch}, prompt {args.prompt}, {args.new} new tokens, "
+          f"{args.layers} layers x {args.d_model}; {args.rounds} rounds of {args.calls} calls, one core")  # fmt: skip
+    print(f"{'mode':<12} {'CPU ms per call':>16} {'vs none, same round (median)':>30}")
+    for m in modes:
+        print(f"{m:<12} {statistics.median(per[m]) * 1e3:16.3f} {statistics.median(ratios[m]):30.4f}")
+    gen = statistics.median(g / f for g, f in zip(per["generation"], per["forward"], strict=True))
+    print(f"generation vs forward, same round (median): {gen:.4f}")
+    # the tracker's share by accounting, which this VM's noise (a few % between two plain
+    # phases) cannot hide: its events per call, each at its measured cost
+    counts = _events_per_call(model, ids, mask, kw, stage_codes, gen_codes)
+    costs = _ns_per_event()
+    extra_ns = sum(n * costs[kind] for kind, n in counts.items())
+    call_ns = statistics.median(per["forward"]) * 1e9
+    print("tracker events per generate call: " + ", ".join(f"{k} {n:g}" for k, n in counts.items()))
+    print("ns per event over the monitor's own: " + ", ".join(f"{k} {v:.0f}" for k, v in costs.items()))
+    print(f"the tracker adds {extra_ns / 1e3:.1f} us to a {call_ns / 1e6:.2f} ms call: "
+          f"{100 * extra_ns / call_ns:.3f} % of its CPU")  # fmt: skip
+
+
+def _events_per_call(model, ids, mask, kw, stage_codes, gen_codes) -> dict[str, float]:  # noqa: ANN001
+    """The tracker's calls by kind in one generate call (counted, not timed)."""
+    counts: dict[str, int] = {}
+    gens = _Generations(gen_codes)
+    start, finish = gens.start, gens.finish
+
+    def counted_start(code, kind, frame, now):  # noqa: ANN001
+        counts[kind] = counts.get(kind, 0) + 1
+        return start(code, kind, frame, now)
+
+    gens.start = counted_start
+    gens.finish = finish
+    mon = _Monitor(stage_codes, lambda *a: None, generations=gens)
+    mon.install()
+    try:
+        with torch.inference_mode():
+            model.generate(ids, attention_mask=mask, **kw)
+    finally:
+        mon.uninstall()
+    return {k: float(v) for k, v in counts.items()}  # each a start and a return
+
+
+def _ns_per_event(n: int = 40_000, rounds: int = 7) -> dict[str, float]:
+    """What the tracker adds to one monitored call (its start and return) of each kind, inside
+    an open generation: a function called in a loop, with the monitor timing it as a stage only
+    (as before) and with the tracker too; medians of ``rounds``."""
+
+    def step(x):  # noqa: ANN001, ANN202
+        return x
+
+    def loop(m):  # noqa: ANN001, ANN202
+        for _ in range(m):
+            step(1)
+
+    out = {}
+    for kind in ("call", "prefill", "loop", "token", "forward"):
+        timed: dict[str, list[float]] = {"stage": [], "tracker": []}
+        for _ in range(rounds):
+            for how in ("stage", "tracker"):
+                codes = {step.__code__: "forward"} if kind == "forward" else {}
+                gens = None
+                if how == "tracker":
+                    gens = _Generations({step.__code__: kind, loop.__code__: "call"})
+                mon = _Monitor(codes, lambda *a: None, generations=gens)
+                if gens is not None:  # the loop is the open generation the calls are inside
+                    gens.start(loop.__code__, "call", None, 0)
+                mon.install()
+                try:
+                    loop(100)
+                    t = time.perf_counter_ns()
+                    loop(n)
+                    timed[how].append((time.perf_counter_ns() - t) / n)
+                finally:
+                    mon.uninstall()
+        out[kind] = max(0.0, statistics.median(timed["tracker"]) - statistics.median(timed["stage"]))
+    return out
+
+
+if __name__ == "__main__":
+    main()
