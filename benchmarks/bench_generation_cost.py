@@ -11,6 +11,11 @@ callback runs) per call, in phases that rotate each round:
 
     .venv312/bin/python benchmarks/bench_generation_cost.py [--rounds 40] [--calls 8]
         [--batch 4] [--prompt 64] [--new 16] [--d-model 128] [--layers 2]
+
+With ``--twins [--rounds 3] [--seconds 15]`` it runs the modes instead in pairs of fresh
+processes side by side, each pinned to a core of its own (swapped each round), one in the mode
+and one plain twin over the same seconds, and compares their calls per CPU second: the two
+share the machine's moment, so its drift cancels (``none`` beside a twin is the noise floor).
 """
 
 from __future__ import annotations
@@ -33,8 +38,80 @@ from infertop.agent.payload.stages import _Monitor, find_known_codes, find_model
 from samples.common.hf_generate import build_model  # noqa: E402
 
 
+def worker(args: argparse.Namespace) -> None:
+    """One process of a pair: pinned to ``--core``, generate for ``--seconds`` under ``--mode``,
+    print the calls per CPU second of this thread (where every callback runs)."""
+    os.sched_setaffinity(0, {args.core})
+    torch.set_num_threads(1)
+    hf_logging.set_verbosity_error()
+    model = build_model(2000, args.d_model, args.layers, 4, args.prompt + args.new + 8)
+    ids = torch.randint(2, 2000, (args.batch, args.prompt))
+    mask = torch.ones_like(ids)
+    kw = dict(max_new_tokens=args.new, min_new_tokens=args.new, do_sample=False, pad_token_id=0)
+    mon = None
+    if args.mode != "none":
+        models = find_model_codes()
+        codes = {c: s for c, (s, _f) in find_known_codes(models).items()}
+        gens = _Generations(find_generation_codes((), models)) if args.mode == "generation" else None
+        mon = _Monitor(codes, lambda *a: None, generations=gens)
+        mon.install()
+    with torch.inference_mode():
+        for _ in range(3):  # warm, and instrumented once
+            model.generate(ids, attention_mask=mask, **kw)
+        print("ready", flush=True)
+        sys.stdin.readline()  # both of the pair start together
+        calls, t0, c0 = 0, time.monotonic(), time.thread_time()
+        while time.monotonic() - t0 < args.seconds:
+            model.generate(ids, attention_mask=mask, **kw)
+            calls += 1
+    print(calls / (time.thread_time() - c0), flush=True)
+    if mon is not None:
+        mon.uninstall()
+
+
+def twins(args: argparse.Namespace) -> None:
+    """Pairs of fresh processes side by side, each on a core of its own (swapped each round):
+    one in the mode under test, one plain twin, over the same seconds; the ratio of their calls
+    per CPU second. ``none`` against a plain twin is the noise floor."""
+    import subprocess
+
+    cores = sorted(os.sched_getaffinity(0))[-2:]
+    base = [sys.executable, __file__, "--worker", "--seconds", str(args.seconds)]
+    base += ["--batch", str(args.batch), "--prompt", str(args.prompt), "--new", str(args.new),
+             "--d-model", str(args.d_model), "--layers", str(args.layers)]  # fmt: skip
+    ratios: dict[str, list[float]] = {m: [] for m in ("none", "forward", "generation")}
+    for r in range(args.rounds):
+        for mode in ratios:
+            a, b = (cores[0], cores[1]) if (r + len(ratios[mode])) % 2 == 0 else (cores[1], cores[0])
+            procs = [
+                subprocess.Popen(base + ["--mode", m, "--core", str(c)], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, text=True)  # fmt: skip
+                for m, c in ((mode, a), ("none", b))
+            ]
+            for p in procs:
+                assert p.stdout.readline().strip() == "ready"
+            for p in procs:
+                p.stdin.write("go\n")
+                p.stdin.flush()
+            rates = [float(p.stdout.readline()) for p in procs]
+            for p in procs:
+                p.wait(60)
+            ratios[mode].append(rates[0] / rates[1])
+    print(f"generate: batch {args.batch}, prompt {args.prompt}, {args.new} new tokens, "
+          f"{args.layers} layers x {args.d_model}; {args.rounds} rounds of {args.seconds:g} s, "
+          f"each beside a plain twin on the other core")  # fmt: skip
+    print(f"{'mode':<12} {'calls per CPU second, ratio to the twin (median; all)':>50}")
+    for mode, v in ratios.items():
+        print(f"{mode:<12} {statistics.median(v):8.4f}   " + " ".join(f"{x:.3f}" for x in v))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--twins", action="store_true", help="pairs of processes side by side (below)")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--mode", default="none", help=argparse.SUPPRESS)
+    ap.add_argument("--core", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--seconds", type=float, default=15.0)
     ap.add_argument("--rounds", type=int, default=40)
     ap.add_argument("--calls", type=int, default=8)
     ap.add_argument("--batch", type=int, default=4)
@@ -43,6 +120,10 @@ def main() -> None:
     ap.add_argument("--d-model", type=int, default=128)
     ap.add_argument("--layers", type=int, default=2)
     args = ap.parse_args()
+    if args.worker:
+        return worker(args)
+    if args.twins:
+        return twins(args)
     os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[-1]})
     torch.set_num_threads(1)
     hf_logging.set_verbosity_error()
@@ -151,9 +232,8 @@ def _ns_per_event(n: int = 40_000, rounds: int = 7) -> dict[str, float]:
                 gens = None
                 if how == "tracker":
                     gens = _Generations({step.__code__: kind, loop.__code__: "call"})
+                # with the tracker, the loop is the open generation the calls are inside
                 mon = _Monitor(codes, lambda *a: None, generations=gens)
-                if gens is not None:  # the loop is the open generation the calls are inside
-                    gens.start(loop.__code__, "call", None, 0)
                 mon.install()
                 try:
                     loop(100)

@@ -1,7 +1,8 @@
 """The agent's generation timer (``payload/generation.py``) on real Hugging Face ``generate`` and
 a hand-written loop, in a Python 3.12 process with real torch and transformers
 (``targets/generation_scenarios.py``): per call its batch, prompt and new tokens, first-token
-time, KV-cache bytes, and its ``prefill`` and ``decode`` spans in place of one ``forward``."""
+time, KV-cache bytes, and its ``prefill`` and ``decode`` spans in place of one ``forward``; and
+the monitor's plain calls that raise, with no unwind event."""
 
 from __future__ import annotations
 
@@ -81,4 +82,15 @@ def test_a_call_that_raises_is_no_generation_and_the_next_one_is(seen: dict) -> 
     assert seen["raised"] == "ValueError"
     after = seen["after_error"]
     assert _row(after["rows"])["new"] == 5
-    assert [s[0] for s in after["spans"]] == ["forward", "prefill", "decode"]  # the failed call
+    assert [s[0] for s in after["spans"]] == ["prefill", "decode"]  # the failed call: no span
+
+
+def test_a_plain_call_that_raises_needs_no_unwind_event(seen: dict) -> None:
+    """PY_UNWIND fires for every frame an exception leaves, anywhere in the process (~660 per
+    Hugging Face generate call): the monitor does without it for plain calls."""
+    plain = seen["plain"]
+    assert plain["unwind_events"] is False
+    spans = plain["spans"]
+    assert [s[0] for s in spans] == ["preprocess", "preprocess"], spans  # "b" (whole) and "c"
+    t0, t1 = plain["outer"]
+    assert t0 <= spans[0][1] and spans[0][2] <= t1  # the outer call, not its raising inner one

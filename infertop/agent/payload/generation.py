@@ -18,7 +18,7 @@ import sys
 import threading
 
 # -- imported as a module (payload_source leaves these lines out) --
-from infertop.agent.payload.stages import _unwrapped_code, gc_objects, match_stage
+from infertop.agent.payload.stages import _unwrapped_code, gc_objects, match_stage, on_stack
 
 # -- end --
 
@@ -207,30 +207,39 @@ def _new_tokens(retval, prompt):
 
 
 class _Call:
-    __slots__ = ("depth", "start", "token_end", "prefill_end", "forward_end", "forwards",
-                 "fdepth", "batch", "prompt", "fed", "cache")  # fmt: skip
+    """One generation call open on a thread, known by its frame (``opener``: its id and code);
+    the generate calls nested in it (an assistant's) by theirs, and so its forward."""
 
-    def __init__(self, start):
-        self.depth = 1
-        self.start = start
+    __slots__ = ("opener", "nested", "start", "token_end", "prefill_end", "forward_end",
+                 "forwards", "forward", "batch", "prompt", "fed", "cache")  # fmt: skip
+
+    def __init__(self, start, frame):
+        self.opener = (id(frame), frame.f_code)
+        self.nested = []  # (id, code) of the generate calls running inside this one
+        self.start = start  # ns; None: it began before the monitor did
         self.token_end = None
         self.prefill_end = None
         self.forward_end = None
         self.forwards = 0
-        self.fdepth = 0
+        self.forward = None  # (id, code) of the model forward running inside it
         self.batch = None
         self.prompt = None
         self.fed = None  # the length of the ids the model was first fed (decoder side)
         self.cache = None
 
+    def holds(self, frame):
+        """Whether ``frame``'s callers hold this call's frame (else it ended by an exception)."""
+        return on_stack(frame.f_back, self.opener[0], self.opener[1], 512)
+
 
 class _Generations:
     """Open generation calls by thread, and the finished ones to send: each a row ``[native
     tid, start ns, first token ns, end ns, batch, prompt tokens, new tokens, KV bytes, KV
-    device, forwards]`` (-1 / "" where unknown)."""
+    device, forwards]`` (-1 / "" where unknown). A call that raises needs no event: its frame
+    never returns, and the thread's next call, whose callers do not hold it, replaces it."""
 
     def __init__(self, codes):
-        self.codes = dict(codes)  # code -> "call" | "prefill" | "loop" | "forward"
+        self.codes = dict(codes)  # code -> "call" | "prefill" | "loop" | "token" | "forward"
         self.open = {}  # ident -> _Call
         self.done = []
         self.last_split = {}  # ident -> (start ns, first token ns) of its last call ended
@@ -239,37 +248,49 @@ class _Generations:
     def start(self, code, kind, frame, now):
         ident = threading.get_ident()
         call = self.open.get(ident)
+        if call is not None and not call.holds(frame):
+            del self.open[ident]  # it raised: nothing is counted for it
+            call = None
         if kind == "call":
             if call is None:
-                call = self.open[ident] = _Call(now)
-                if frame is not None:  # the requests' batch: before beams expand it
-                    self._take_shape(call, _input_shape(frame, code))
+                call = self.open[ident] = _Call(now, frame)
+                self._take_shape(call, _input_shape(frame, code))  # before beams expand it
             else:
-                call.depth += 1  # an assistant's generate inside: part of this call
+                call.nested.append((id(frame), code))  # an assistant's generate: part of it
             return
-        if call is None or call.depth != 1:
+        if call is None or self._in_nested(call, frame):
             return
         if kind == "token":
             return
         if kind == "forward":
-            call.fdepth += 1
-            if call.fdepth == 1:
+            f = call.forward
+            if f is None or not on_stack(frame.f_back, f[0], f[1]):
+                call.forward = (id(frame), code)
                 call.forwards += 1
-                if call.fed is None and frame is not None:
+                if call.fed is None:
                     self._take_shape(call, _input_shape(frame, code))
             return
-        if call.fed is None and frame is not None:  # prefill, loop: the prompt's ids
+        if call.fed is None:  # prefill, loop: the prompt's ids
             self._take_shape(call, _input_shape(frame, code))
-        if call.cache is None and frame is not None:
+        if call.cache is None:
             call.cache = _cache_of(frame)
 
-    def adopt(self, ident, depth):
-        """A generation already running on thread ``ident`` when the monitor started: followed
-        to its end, which counts nothing."""
+    @staticmethod
+    def _in_nested(call, frame):
+        """Whether ``frame`` runs inside a generate call nested in ``call`` (those that ended
+        by an exception are forgotten)."""
+        while call.nested:
+            fid, code = call.nested[-1]
+            if on_stack(frame, fid, code, 512):
+                return True
+            call.nested.pop()
+        return False
+
+    def adopt(self, ident, frame):
+        """A generation already running on thread ``ident`` (in ``frame``) when the monitor
+        started: followed to its end, which counts nothing."""
         if ident not in self.open:
-            call = _Call(None)
-            call.depth = depth
-            self.open[ident] = call
+            self.open[ident] = _Call(None, frame)
 
     @staticmethod
     def _take_shape(call, shape):
@@ -282,25 +303,26 @@ class _Generations:
         elif call.fed is None and shape[1] is not None:
             call.fed = shape[1]
 
-    def finish(self, code, kind, retval, now):
+    def finish(self, code, kind, frame, retval, now):
         ident = threading.get_ident()
         call = self.open.get(ident)
         if call is None:
             return
+        fid = id(frame)
         if kind == "call":
-            call.depth -= 1
-            if call.depth > 0:
-                return
-            del self.open[ident]
-            if call.start is not None:
-                self._done(ident, call, retval, now)
+            if call.opener == (fid, code):
+                del self.open[ident]
+                if call.start is not None:
+                    self._done(ident, call, retval, now)
+            elif call.nested and call.nested[-1] == (fid, code):
+                call.nested.pop()
             return
-        if call.depth != 1:
+        if self._in_nested(call, frame):
             return
         if kind == "forward":
-            if call.fdepth > 0:
-                call.fdepth -= 1
-                if call.fdepth == 0 and call.forward_end is None:
+            if call.forward == (fid, code):
+                call.forward = None
+                if call.forward_end is None:
                     call.forward_end = now
         elif kind == "token":
             if call.token_end is None and (call.prefill_end or call.forward_end) is not None:
@@ -308,20 +330,7 @@ class _Generations:
         elif kind == "prefill" and call.prefill_end is None:
             call.prefill_end = now
             if call.cache is None:
-                call.cache = getattr(retval, "cache", None) or getattr(
-                    retval, "past_key_values", None
-                )
-
-    def unwind(self, code, kind, now):
-        """A call that raised: it ends; nothing is counted for it."""
-        if kind != "call":
-            return
-        ident = threading.get_ident()
-        call = self.open.get(ident)
-        if call is not None:
-            call.depth -= 1
-            if call.depth <= 0:
-                del self.open[ident]
+                call.cache = getattr(retval, "cache", None) or getattr(retval, "past_key_values", None)
 
     def _done(self, ident, call, retval, now):
         first = call.token_end  # the first token chosen; else the prompt's forward done

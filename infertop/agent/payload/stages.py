@@ -214,6 +214,16 @@ def _asgi_http(frame):
 _CALL_FILTERS = {"asgi_http": _asgi_http}
 
 
+def on_stack(frame, frame_id, code, limit=256):
+    """Whether the frame ``frame_id`` of ``code`` is ``frame`` or one of its callers (the
+    nearest ``limit``): a call still running, not one that ended by an exception."""
+    while frame is not None and limit > 0:
+        if id(frame) == frame_id and frame.f_code is code:
+            return True
+        frame, limit = frame.f_back, limit - 1
+    return False
+
+
 def gc_objects():
     import gc
 
@@ -223,14 +233,16 @@ def gc_objects():
 class _Monitor:
     """Per-call timings of chosen functions with ``sys.monitoring`` (Python >= 3.12).
 
-    Local PY_START/PY_RETURN events on the matching code objects only; PY_UNWIND (which cannot
-    be local) globally, ignored for any other code. Nothing is monkeypatched. A plain
-    function's call is timed only where it is the outermost call of its stage on its thread (a
-    depth per thread and stage): the sub-modules' calls inside a model's forward, or the
-    ``encode`` inside a tokenizer's ``__call__``, are part of that one call. A coroutine's
-    (``async def``, an ASGI app's ``__call__``) interleave on the event loop's thread, so each
-    is keyed by its frame: PY_START when it first runs, PY_RETURN / PY_UNWIND when it ends, its
-    awaits in between. Calls on the ``ignore`` threads (the agent's own) are never timed.
+    Local PY_START/PY_RETURN events on the matching code objects only. Nothing is monkeypatched.
+    A plain function's call is timed only where it is the outermost call of its stage on its
+    thread: the sub-modules' calls inside a model's forward, or the ``encode`` inside a
+    tokenizer's ``__call__``, are part of that one call. The outermost call is known by its
+    frame, so a call that raised needs no event: it ends when its frame returns, and the next
+    call of its stage whose callers do not hold that frame replaces it. A coroutine's (``async
+    def``, an ASGI app's ``__call__``) interleave on the event loop's thread, so each is keyed
+    by its frame: PY_START when it first runs, PY_RETURN / PY_UNWIND (global, turned on only
+    for them) when it ends, its awaits in between. Calls on the ``ignore`` threads (the agent's
+    own) are never timed.
     """
 
     def __init__(self, codes, push, filters=None, ignore=(), generations=None):
@@ -244,7 +256,9 @@ class _Monitor:
         self.calls = 0  # named calls so far: the number in their request ids
         self.tool = None
         self.ignore = frozenset(ignore)
-        self.open = {}  # ident -> {stage: [depth, start ns]} of the plain calls open on it
+        #: ident -> {stage: [start ns (None: begun before the monitor), id(frame), code]}: the
+        #: outermost call of each stage open on the thread, known by its frame
+        self.open = {}
         self.natives = {}  # ident -> native thread id, for the call sampler
         #: code -> filter(frame): only calls that pass it are timed (known entry points)
         self.filters = dict(filters or {})
@@ -275,7 +289,11 @@ class _Monitor:
         mon.register_callback(self.tool, ev.PY_UNWIND, self._on_unwind)
         for code in set(self.codes) | set(self.gen_codes):
             mon.set_local_events(self.tool, code, ev.PY_START | ev.PY_RETURN)
-        mon.set_events(self.tool, ev.PY_UNWIND)
+        if self.coroutines or self.filters:
+            # PY_UNWIND cannot be local: it fires for every frame an exception leaves, anywhere
+            # (~660 a Hugging Face generate call: 3.6 % of a small model's), so only what
+            # needs it turns it on
+            mon.set_events(self.tool, ev.PY_UNWIND)
         self._adopt_running()
         return self.tool
 
@@ -290,21 +308,21 @@ class _Monitor:
         for ident, frame in frames.items():
             if ident in self.ignore:
                 continue
-            stages, gens = {}, 0
+            outermost, gen = {}, None
             depth = 0
             while frame is not None and depth < 2000:
                 code = frame.f_code
                 stage = self.codes.get(code)
                 if stage is not None and code not in self.coroutines and code not in self.filters:
-                    stages[stage] = stages.get(stage, 0) + 1
+                    outermost[stage] = frame  # the last one found is the outermost
                 if self.gen_codes.get(code) == "call":
-                    gens += 1
+                    gen = frame
                 frame, depth = frame.f_back, depth + 1
-            opened = self.open.setdefault(ident, {}) if stages else None
-            for st, n in stages.items():
-                opened.setdefault(st, [n, None])
-            if gens and self.gen is not None:
-                self.gen.adopt(ident, gens)
+            opened = self.open.setdefault(ident, {}) if outermost else None
+            for st, f in outermost.items():
+                opened.setdefault(st, [None, id(f), f.f_code])
+            if gen is not None and self.gen is not None:
+                self.gen.adopt(ident, gen)
 
     def uninstall(self):
         if self.tool is None:
@@ -329,41 +347,40 @@ class _Monitor:
 
     def _on_start(self, code, offset):
         try:
+            ident = threading.get_ident()
+            if ident in self.ignore:
+                return None
+            frame = sys._getframe(1)  # the timed code's
             now = None
             kind = self.gen_codes.get(code)
-            if kind is not None and threading.get_ident() not in self.ignore:
+            if kind is not None:
                 now = time.perf_counter_ns()
-                self.gen.start(code, kind, sys._getframe(1), now)
+                self.gen.start(code, kind, frame, now)
             stage = self.codes.get(code)
             if stage is None:
                 return None
             if code in self.coroutines or code in self.filters:
-                return self._start_keyed(code)
-            ident = threading.get_ident()
-            if ident in self.ignore:
-                return None
+                return self._start_keyed(code, frame, ident)
             opened = self.open.get(ident)
             if opened is None:
                 opened = self.open[ident] = {}
                 self.natives[ident] = threading.get_native_id()
             call = opened.get(stage)
-            if call is None:
-                opened[stage] = [1, now if now is not None else time.perf_counter_ns()]
-            else:
-                call[0] += 1  # inside a call of its own stage: part of that call
+            if call is not None and on_stack(frame.f_back, call[1], call[2]):
+                return None  # inside a call of its own stage: part of that call
+            # the outermost call of its stage (one left open is a call that raised: dropped)
+            opened[stage] = [now if now is not None else time.perf_counter_ns(), id(frame), code]
         except Exception:
             pass
         return None
 
-    def _start_keyed(self, code):
-        frame = sys._getframe(2)  # the timed code's (this, then _on_start, are above it)
+    def _start_keyed(self, code, frame, ident):
         filt = self.filters.get(code)
         name = None
         if filt is not None:
             name = filt(frame)
             if not name:
                 return None
-        ident = threading.get_ident()
         if ident not in self.natives:
             self.natives[ident] = threading.get_native_id()
         if len(self.open_frames) < 10000:
@@ -371,8 +388,8 @@ class _Monitor:
             self.open_by_thread[ident] = self.open_by_thread.get(ident, 0) + 1
         return None
 
-    def _finish_keyed(self, code):
-        opened = self.open_frames.pop(id(sys._getframe(3)), None)  # _on_return, _finish above
+    def _finish_keyed(self, code, frame):
+        opened = self.open_frames.pop(id(frame), None)
         if opened is None or opened[0] is not code:
             return
         _, start, ident, name = opened
@@ -387,56 +404,52 @@ class _Monitor:
             request = "%s #%d" % (name, self.calls)
         self.push(self.natives.get(ident, 0), self.codes[code], start, time.perf_counter_ns(), request)
 
-    def _finish(self, code, now=None):
+    def _finish(self, code, frame, now=None):
         try:
             if code not in self.codes:
                 return
             if code in self.coroutines or code in self.filters:
-                self._finish_keyed(code)
+                self._finish_keyed(code, frame)
                 return
             ident = threading.get_ident()
             opened = self.open.get(ident)
             stage = self.codes[code]
             call = opened.get(stage) if opened else None
-            if call is None:  # began before the monitor did, or on an ignored thread
+            if call is None or call[1] != id(frame) or call[2] is not code:
+                return  # a call nested in one of its stage, or begun before the monitor did
+            del opened[stage]
+            if call[0] is None:  # began before the monitor did: not timed
                 return
-            call[0] -= 1
-            if call[0] <= 0:
-                del opened[stage]
-                native = self.natives.get(ident) or threading.get_native_id()
-                if call[1] is None:  # began before the monitor did: not timed
-                    return
-                end = now if now is not None else time.perf_counter_ns()
-                first = None
-                if self.gen is not None and self.gen_codes.get(code) == "call":
-                    first = self.gen.split_of(ident, call[1])
-                if first is None:
-                    self.push(native, stage, call[1], end, None)
-                else:  # a generation: its prefill, then its decode
-                    self.push(native, "prefill", call[1], first, None)
-                    self.push(native, "decode", first, end, None)
+            native = self.natives.get(ident) or threading.get_native_id()
+            end = now if now is not None else time.perf_counter_ns()
+            first = None
+            if self.gen is not None and self.gen_codes.get(code) == "call":
+                first = self.gen.split_of(ident, call[0])
+            if first is None:
+                self.push(native, stage, call[0], end, None)
+            else:  # a generation: its prefill, then its decode
+                self.push(native, "prefill", call[0], first, None)
+                self.push(native, "decode", first, end, None)
         except Exception:
             pass
 
     def _on_return(self, code, offset, retval):
+        frame = sys._getframe(1)  # the returning code's
         now = None
         kind = self.gen_codes.get(code)
         if kind is not None:
             try:
                 now = time.perf_counter_ns()
-                self.gen.finish(code, kind, retval, now)
+                self.gen.finish(code, kind, frame, retval, now)
             except Exception:
                 pass
-        self._finish(code, now)
+        self._finish(code, frame, now)
         return None
 
     def _on_unwind(self, code, offset, exc):
-        kind = self.gen_codes.get(code)
-        if kind is not None:
-            try:
-                self.gen.unwind(code, kind, time.perf_counter_ns())
-            except Exception:
-                pass
-        if code in self.codes:
-            self._finish(code)
+        """Only with coroutines or filtered entry points (an ASGI request that raised or was
+        cancelled ends here): a plain call that raised needs no event (its stage's next call
+        finds it gone from the stack)."""
+        if code in self.coroutines or code in self.filters:
+            self._finish(code, sys._getframe(1))
         return None

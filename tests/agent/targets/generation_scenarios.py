@@ -69,6 +69,37 @@ def my_generate(model, x, n):
     return out
 
 
+def encode(text, fail=False, nest=False):
+    """A plain stage function: one that raises, and one whose nested call of itself raises."""
+    if nest:
+        try:
+            encode(text, fail=True)
+        except ValueError:
+            pass
+    if fail:
+        raise ValueError("bad input")
+    return len(text)
+
+
+def plain_calls_that_raise():
+    """Stage calls timed with no PY_UNWIND event: a call that raised leaves no span and does not
+    swallow the next; a nested call that raised does not end its outer one."""
+    spans = []
+    mon = _Monitor({encode.__code__: "preprocess"}, lambda *a: spans.append(list(a[1:4])))
+    mon.install()
+    unwind = sys.monitoring.get_events(mon.tool) & sys.monitoring.events.PY_UNWIND
+    try:
+        encode("a", fail=True)
+    except ValueError:
+        pass
+    t0 = time.perf_counter_ns()
+    encode("b", nest=True)
+    t1 = time.perf_counter_ns()
+    encode("c")
+    mon.uninstall()
+    return {"spans": spans, "outer": [t0, t1], "unwind_events": bool(unwind)}
+
+
 def monitor(patterns=()):
     models = find_model_codes()
     gen = _Generations(find_generation_codes(parse_stage_patterns([["decode", p] for p in patterns]), models))
@@ -141,6 +172,7 @@ def main() -> None:
     model.generate(ids, attention_mask=torch.ones_like(ids), **kw)
     out["after_error"] = finish(mon, gen, spans)
     out["kv_expected"] = LAYERS * 2 * 3 * (7 + 5 - 1) * EMBD * 4
+    out["plain"] = plain_calls_that_raise()
     print(json.dumps(out))
 
 
