@@ -3,13 +3,14 @@
 first new token (``prefill``) and to its end (``decode``), with its batch size, prompt and new
 tokens and the bytes its KV cache holds at the end (docs/generation.md).
 
-The ``_Monitor`` (stages.py) hands this tracker the events of a few code objects: the calls
-(``generate``), the stopping criteria (called right after each step's token is chosen: the
-first return is the first token), ``_prefill`` (where they are not called), the decode loops (``_sample``, beam search, assisted decoding: where transformers 4.4x,
-which has no ``_prefill``, gets its input ids) and the models' forwards (on a hand-written
-loop, the first forward's return is the first token and each forward one new token). Only the
-outermost call on a thread counts: an assistant model's ``generate`` inside assisted decoding
-is part of the call around it.
+The ``_Monitor`` (stages.py) hands this tracker the events of two kinds of code object: the
+calls (``generate``, or the named function) and the models' root forwards (the ones the stage
+timer times anyway). The first forward inside a call is the prompt's: its input ids give the
+batch and prompt length and the cache it is handed is the one the call fills; the second
+forward's start is the first token (chosen, logits processed and the stopping criteria and a
+streamer called, just before the second step begins). So nothing fires per token but the
+forward's own two events. Only the outermost call on a thread counts: an assistant model's
+``generate`` inside assisted decoding is part of the call around it.
 """
 
 from __future__ import annotations
@@ -18,25 +19,19 @@ import sys
 import threading
 
 # -- imported as a module (payload_source leaves these lines out) --
-from infertop.agent.payload.stages import _unwrapped_code, gc_objects, match_stage, on_stack
+from infertop.agent.payload.stages import (
+    _unwrapped_code,
+    frame_of,
+    gc_objects,
+    match_stage,
+    on_stack,
+)
 
 # -- end --
 
-#: (kind, module, attribute path) the agent follows in a generation, when loaded
-GENERATION_POINTS = (
-    ("call", "transformers.generation.utils", "GenerationMixin.generate"),
-    ("prefill", "transformers.generation.utils", "GenerationMixin._prefill"),
-    ("loop", "transformers.generation.utils", "GenerationMixin._sample"),
-    ("loop", "transformers.generation.utils", "GenerationMixin._beam_search"),
-    ("loop", "transformers.generation.utils", "GenerationMixin._assisted_decoding"),
-    # transformers 4.4x's other loops
-    ("loop", "transformers.generation.utils", "GenerationMixin._greedy_search"),
-    ("loop", "transformers.generation.utils", "GenerationMixin._group_beam_search"),
-    ("loop", "transformers.generation.utils", "GenerationMixin._constrained_beam_search"),
-    ("loop", "transformers.generation.utils", "GenerationMixin._contrastive_search"),
-    # called once a step, right after the step's token was chosen: the first is the first token
-    ("token", "transformers.generation.stopping_criteria", "StoppingCriteriaList.__call__"),
-)
+#: (kind, module, attribute path) the agent follows in a generation, when loaded: the call;
+#: inside it the models' forwards (found as the stage timer finds them) give the rest
+GENERATION_POINTS = (("call", "transformers.generation.utils", "GenerationMixin.generate"),)
 #: calls finished and not yet sent, at most
 MAX_GENERATIONS_BUFFERED = 20000
 #: user ``generate_functions`` patterns may name at most this many functions
@@ -91,13 +86,10 @@ def transformers_warning(codes):
     if tf is None or sys.modules.get("transformers.generation.utils") is None:
         return None  # no generation loaded: nothing to follow
     version = str(getattr(tf, "__version__", "?"))
-    kinds = set(codes.values())
-    if "call" not in kinds:
+    if "call" not in set(codes.values()):
         why = "its GenerationMixin.generate was not found"
     elif version.split(".")[0] not in ("4", "5"):
         why = "a version the agent does not know (it knows 4.4x and 5.x)"
-    elif "prefill" not in kinds and "token" not in kinds:
-        why = "neither its _prefill nor its stopping criteria were found"
     else:
         return None
     return (
@@ -138,16 +130,19 @@ def _input_shape(frame, code):
 
 
 def _cache_of(frame):
-    """The KV cache a generation builds, from the ``model_kwargs`` of ``_prefill`` or a loop
-    (``cache`` in transformers 5, ``past_key_values`` before)."""
+    """The KV cache a model forward is handed (``cache`` in transformers 5, ``past_key_values``
+    before; an argument, or in its ``**kwargs``), else None."""
     try:
-        kwargs = frame.f_locals.get("model_kwargs")
+        local = frame.f_locals
     except Exception:
         return None
-    if not isinstance(kwargs, dict):
-        return None
-    cache = kwargs.get("cache")
-    return cache if cache is not None else kwargs.get("past_key_values")
+    for key in ("cache", "past_key_values"):
+        cache = local.get(key)
+        if cache is None and isinstance(local.get("kwargs"), dict):
+            cache = local["kwargs"].get(key)
+        if cache is not None and not isinstance(cache, bool):
+            return cache
+    return None
 
 
 def cache_bytes(cache, _depth=0):
@@ -208,72 +203,66 @@ def _new_tokens(retval, prompt):
 
 class _Call:
     """One generation call open on a thread, known by its frame (``opener``: its id and code);
-    the generate calls nested in it (an assistant's) by theirs, and so its forward."""
+    the generate calls nested in it (an assistant's) by theirs."""
 
-    __slots__ = ("opener", "nested", "start", "token_end", "prefill_end", "forward_end",
-                 "forwards", "forward", "batch", "prompt", "fed", "cache")  # fmt: skip
+    __slots__ = ("opener", "nested", "start", "token_end", "forward_end", "forwards", "fdepth",
+                 "batch", "prompt", "fed", "cache")  # fmt: skip
 
     def __init__(self, start, frame):
         self.opener = (id(frame), frame.f_code)
         self.nested = []  # (id, code) of the generate calls running inside this one
         self.start = start  # ns; None: it began before the monitor did
-        self.token_end = None
-        self.prefill_end = None
-        self.forward_end = None
+        self.token_end = None  # the second step's forward began: the first token was chosen
+        self.forward_end = None  # the prompt's forward ended
         self.forwards = 0
-        self.forward = None  # (id, code) of the model forward running inside it
+        self.fdepth = 0  # model forwards open inside it
         self.batch = None
         self.prompt = None
         self.fed = None  # the length of the ids the model was first fed (decoder side)
         self.cache = None
-
-    def holds(self, frame):
-        """Whether ``frame``'s callers hold this call's frame (else it ended by an exception)."""
-        return on_stack(frame.f_back, self.opener[0], self.opener[1], 512)
 
 
 class _Generations:
     """Open generation calls by thread, and the finished ones to send: each a row ``[native
     tid, start ns, first token ns, end ns, batch, prompt tokens, new tokens, KV bytes, KV
     device, forwards]`` (-1 / "" where unknown). A call that raises needs no event: its frame
-    never returns, and the thread's next call, whose callers do not hold it, replaces it."""
+    never returns, and the thread's next generate call, whose callers do not hold it, replaces
+    it. Frame objects are made only on a call's start and end (and to read the ids and the
+    cache once), not on the events of every token."""
 
     def __init__(self, codes):
-        self.codes = dict(codes)  # code -> "call" | "prefill" | "loop" | "token" | "forward"
+        self.codes = dict(codes)  # code -> "call" | "forward"
         self.open = {}  # ident -> _Call
         self.done = []
         self.last_split = {}  # ident -> (start ns, first token ns) of its last call ended
         self.dropped = 0
 
-    def start(self, code, kind, frame, now):
+    def start(self, code, kind, now):
         ident = threading.get_ident()
         call = self.open.get(ident)
-        if call is not None and not call.holds(frame):
-            del self.open[ident]  # it raised: nothing is counted for it
-            call = None
         if kind == "call":
-            if call is None:
-                call = self.open[ident] = _Call(now, frame)
-                self._take_shape(call, _input_shape(frame, code))  # before beams expand it
-            else:
+            frame = frame_of(code)
+            if call is not None and on_stack(frame.f_back, call.opener[0], call.opener[1], 512):
                 call.nested.append((id(frame), code))  # an assistant's generate: part of it
+                return
+            # a new call (one left open raised: nothing is counted for it)
+            call = self.open[ident] = _Call(now, frame)
+            self._take_shape(call, _input_shape(frame, code))  # the requests', before beams
             return
-        if call is None or self._in_nested(call, frame):
+        if call is None or kind != "forward" or (call.nested and self._in_nested(call, frame_of(code))):
             return
-        if kind == "token":
-            return
-        if kind == "forward":
-            f = call.forward
-            if f is None or not on_stack(frame.f_back, f[0], f[1]):
-                call.forward = (id(frame), code)
-                call.forwards += 1
-                if call.fed is None:
-                    self._take_shape(call, _input_shape(frame, code))
-            return
-        if call.fed is None:  # prefill, loop: the prompt's ids
+        call.fdepth += 1
+        if call.fdepth > 1:
+            return  # a forward inside the model's forward
+        call.forwards += 1
+        if call.forwards == 1:  # the prompt's forward: the ids it is fed, the cache it fills
+            frame = frame_of(code)
             self._take_shape(call, _input_shape(frame, code))
-        if call.cache is None:
             call.cache = _cache_of(frame)
+        elif call.forwards == 2 and call.token_end is None:
+            # the second step begins: the first token was chosen (logits processed, sampled,
+            # the stopping criteria and a streamer called) just before
+            call.token_end = now
 
     @staticmethod
     def _in_nested(call, frame):
@@ -303,13 +292,13 @@ class _Generations:
         elif call.fed is None and shape[1] is not None:
             call.fed = shape[1]
 
-    def finish(self, code, kind, frame, retval, now):
+    def finish(self, code, kind, retval, now):
         ident = threading.get_ident()
         call = self.open.get(ident)
         if call is None:
             return
-        fid = id(frame)
         if kind == "call":
+            fid = id(frame_of(code))
             if call.opener == (fid, code):
                 del self.open[ident]
                 if call.start is not None:
@@ -317,25 +306,17 @@ class _Generations:
             elif call.nested and call.nested[-1] == (fid, code):
                 call.nested.pop()
             return
-        if self._in_nested(call, frame):
+        if kind != "forward" or (call.nested and self._in_nested(call, frame_of(code))):
             return
-        if kind == "forward":
-            if call.forward == (fid, code):
-                call.forward = None
-                if call.forward_end is None:
-                    call.forward_end = now
-        elif kind == "token":
-            if call.token_end is None and (call.prefill_end or call.forward_end) is not None:
-                call.token_end = now
-        elif kind == "prefill" and call.prefill_end is None:
-            call.prefill_end = now
-            if call.cache is None:
-                call.cache = getattr(retval, "cache", None) or getattr(retval, "past_key_values", None)
+        if call.fdepth > 0:
+            call.fdepth -= 1
+            if call.fdepth == 0 and call.forward_end is None:
+                call.forward_end = now
 
     def _done(self, ident, call, retval, now):
         first = call.token_end  # the first token chosen; else the prompt's forward done
         if first is None:
-            first = call.prefill_end if call.prefill_end is not None else call.forward_end
+            first = call.forward_end
         new = _new_tokens(retval, call.fed if call.fed is not None else call.prompt)
         if new is None and call.forwards:
             new = call.forwards  # a hand-written loop: a token per forward

@@ -214,6 +214,18 @@ def _asgi_http(frame):
 _CALL_FILTERS = {"asgi_http": _asgi_http}
 
 
+def frame_of(code):
+    """The running frame of ``code``: the callback's caller (a few frames up: the callback, and
+    any wrapper around it, are above it). A frame object is made only when asked for: on a
+    call's first and last event, not on those nested in it."""
+    frame = sys._getframe(2)
+    for _ in range(6):
+        if frame is None or frame.f_code is code:
+            break
+        frame = frame.f_back
+    return frame
+
+
 def on_stack(frame, frame_id, code, limit=256):
     """Whether the frame ``frame_id`` of ``code`` is ``frame`` or one of its callers (the
     nearest ``limit``): a call still running, not one that ended by an exception."""
@@ -237,8 +249,9 @@ class _Monitor:
     A plain function's call is timed only where it is the outermost call of its stage on its
     thread: the sub-modules' calls inside a model's forward, or the ``encode`` inside a
     tokenizer's ``__call__``, are part of that one call. The outermost call is known by its
-    frame, so a call that raised needs no event: it ends when its frame returns, and the next
-    call of its stage whose callers do not hold that frame replaces it. A coroutine's (``async
+    frame (a frame object is made on its start and its return only), so a call that raised
+    needs no event: it ends when its frame returns, and the next call of its function whose
+    callers do not hold that frame replaces it. A coroutine's (``async
     def``, an ASGI app's ``__call__``) interleave on the event loop's thread, so each is keyed
     by its frame: PY_START when it first runs, PY_RETURN / PY_UNWIND (global, turned on only
     for them) when it ends, its awaits in between. Calls on the ``ignore`` threads (the agent's
@@ -350,25 +363,30 @@ class _Monitor:
             ident = threading.get_ident()
             if ident in self.ignore:
                 return None
-            frame = sys._getframe(1)  # the timed code's
             now = None
             kind = self.gen_codes.get(code)
             if kind is not None:
                 now = time.perf_counter_ns()
-                self.gen.start(code, kind, frame, now)
+                self.gen.start(code, kind, now)
             stage = self.codes.get(code)
             if stage is None:
                 return None
             if code in self.coroutines or code in self.filters:
-                return self._start_keyed(code, frame, ident)
+                return self._start_keyed(code, frame_of(code), ident)
             opened = self.open.get(ident)
             if opened is None:
                 opened = self.open[ident] = {}
                 self.natives[ident] = threading.get_native_id()
             call = opened.get(stage)
-            if call is not None and on_stack(frame.f_back, call[1], call[2]):
-                return None  # inside a call of its own stage: part of that call
-            # the outermost call of its stage (one left open is a call that raised: dropped)
+            frame = None
+            if call is not None:
+                if code is not call[2]:
+                    return None  # inside a call of its stage: part of that call
+                frame = frame_of(code)
+                if on_stack(frame.f_back, call[1], code):
+                    return None  # the same function inside itself
+                # else that call raised (its frame is gone): this one replaces it
+            frame = frame or frame_of(code)
             opened[stage] = [now if now is not None else time.perf_counter_ns(), id(frame), code]
         except Exception:
             pass
@@ -404,18 +422,18 @@ class _Monitor:
             request = "%s #%d" % (name, self.calls)
         self.push(self.natives.get(ident, 0), self.codes[code], start, time.perf_counter_ns(), request)
 
-    def _finish(self, code, frame, now=None):
+    def _finish(self, code, now=None):
         try:
             if code not in self.codes:
                 return
             if code in self.coroutines or code in self.filters:
-                self._finish_keyed(code, frame)
+                self._finish_keyed(code, frame_of(code))
                 return
             ident = threading.get_ident()
             opened = self.open.get(ident)
             stage = self.codes[code]
             call = opened.get(stage) if opened else None
-            if call is None or call[1] != id(frame) or call[2] is not code:
+            if call is None or call[2] is not code or id(frame_of(code)) != call[1]:
                 return  # a call nested in one of its stage, or begun before the monitor did
             del opened[stage]
             if call[0] is None:  # began before the monitor did: not timed
@@ -434,16 +452,15 @@ class _Monitor:
             pass
 
     def _on_return(self, code, offset, retval):
-        frame = sys._getframe(1)  # the returning code's
         now = None
         kind = self.gen_codes.get(code)
         if kind is not None:
             try:
                 now = time.perf_counter_ns()
-                self.gen.finish(code, kind, frame, retval, now)
+                self.gen.finish(code, kind, retval, now)
             except Exception:
                 pass
-        self._finish(code, frame, now)
+        self._finish(code, now)
         return None
 
     def _on_unwind(self, code, offset, exc):
@@ -451,5 +468,5 @@ class _Monitor:
         cancelled ends here): a plain call that raised needs no event (its stage's next call
         finds it gone from the stack)."""
         if code in self.coroutines or code in self.filters:
-            self._finish(code, sys._getframe(1))
+            self._finish(code)
         return None
