@@ -48,7 +48,7 @@ STAGES: tuple[str, ...] = (
     "idle",
 )
 
-#: A generation call's two parts, from Hugging Face ``generate`` (transformers 5.x):
+#: A generation call's two parts, from Hugging Face ``generate`` (transformers 5.x and 4.4x):
 #: ``prefill`` (the prompt's forward, ``_prefill``, and ``generate``'s own set-up before the
 #: loop) and ``decode`` (the token-by-token loop of ``_sample``, beam search or assisted
 #: decoding). They claim every frame under them, the model's forward and the logits
@@ -58,6 +58,13 @@ GENERATION_RULES: tuple[tuple[str, str], ...] = (
     ("decode", "*/transformers/generation/utils.py:_sample"),
     ("decode", "*/transformers/generation/utils.py:_beam_search"),
     ("decode", "*/transformers/generation/utils.py:_assisted_decoding"),
+    # transformers 4.4x's other loops (it has no ``_prefill``: the prompt's forward is in the
+    # loop's first step, so its samples read as decode there)
+    ("decode", "*/transformers/generation/utils.py:_greedy_search"),
+    ("decode", "*/transformers/generation/utils.py:_contrastive_search"),
+    ("decode", "*/transformers/generation/utils.py:_group_beam_search"),
+    ("decode", "*/transformers/generation/utils.py:_constrained_beam_search"),
+    ("decode", "*/transformers/generation/utils.py:_dola_decoding"),
     ("prefill", "*/transformers/generation/utils.py:generate"),
 )
 

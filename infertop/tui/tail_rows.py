@@ -224,6 +224,26 @@ def side_by_side(left: list[Text], right: list[Text], left_w: int) -> list[Text]
     return out
 
 
+def generation_lines(snap: Snapshot, limit: int = 5) -> list[Text]:
+    """For prefill and decode: the slowest generation calls, each with its queue wait, prefill,
+    decode, batch and tokens, and the part that made it slow (docs/generation.md)."""
+    g = snap.generation
+    if g is None or not g.slowest:
+        return []
+    out = [Text("slowest generation calls (queue · prefill · decode ms)", style=HEAD)]
+    for c in g.slowest[:limit]:
+        row = Text(no_wrap=True, overflow="ellipsis")
+        row.append(f"  at {_at(c.t - snap.t_first)}", style="dim")
+        row.append(f"{c.duration_ms:8.1f} ms", style="bold")
+        parts = [f"{ms:.1f}" if ms is not None else "-" for ms in (c.queue_ms, c.prefill_ms, c.decode_ms)]
+        row.append("  " + " · ".join(parts))
+        row.append(f"  batch {c.batch}, prompt {c.prompt_tokens}, new {c.new_tokens}", style="dim")
+        if c.why:
+            row.append(f"  mostly {c.why}", style=f"bold {MORE}")
+        out.append(row)
+    return out
+
+
 def tail_text(snap: Snapshot, tail: StageTail, width: int, short: bool = False) -> Text:
     """Everything above the flame for ``tail``'s stage, ``width`` cells wide; ``short``: a
     low screen (at most 5 slowest calls and frames)."""
@@ -246,4 +266,6 @@ def tail_text(snap: Snapshot, tail: StageTail, width: int, short: bool = False) 
     else:
         lines += slowest_lines(tail, snap.t_first, names, width, limit)
         lines += overlap_lines(tail)
+    if tail.stage in ("prefill", "decode") and snap.generation is not None:
+        lines += [Text()] + generation_lines(snap, 3 if short else 5)
     return Text("\n").join(lines)

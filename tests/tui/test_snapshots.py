@@ -174,11 +174,21 @@ async def test_the_pause_rows_and_the_tail_view_render_as_saved(
 
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
-async def test_the_generation_rows_render_as_saved(size: tuple[int, int], tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "view,keys,shown",
+    [("stages-generation", (), "TTFT p50"), ("tail-generation", ("l", "S", "S"), "tail · decode")],
+    ids=["stages", "tail"],
+)
+async def test_the_generation_rows_render_as_saved(
+    view: str, keys: tuple[str, ...], shown: str, size: tuple[int, int], tmp_path: Path
+) -> None:
     """The stage panel's prefill and decode rows, then TTFT, TPOT, tokens/s, the KV cache and
-    the latency by batch size."""
+    the latency by batch size; the tail view of decode with the slowest generation calls, each
+    with its queue, prefill and decode and the part that made it slow."""
     if not HF.is_file():
         pytest.fail(f"test data missing: {HF}")
-    svg, text = await _render(HF, (), size, "TTFT p50")
-    assert "prefill" in text and "decode" in text
-    _check(f"stages-generation-{size[0]}x{size[1]}", svg, text, tmp_path)
+    svg, text = await _render(HF, keys, size, shown)
+    assert "decode" in text
+    if view == "tail-generation" and size[1] >= 50:  # a low screen scrolls the list off
+        assert "slowest generation calls" in text and "mostly decode" in text
+    _check(f"{view}-{size[0]}x{size[1]}", svg, text, tmp_path)

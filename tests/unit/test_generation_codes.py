@@ -4,7 +4,8 @@ process (the timer itself needs Python 3.12: tests/agent/test_generation_monitor
 
 from __future__ import annotations
 
-import transformers
+import sys
+
 from transformers.generation import stopping_criteria, utils
 
 from infertop.agent.payload.generation import find_generation_codes, transformers_warning
@@ -41,9 +42,11 @@ def test_a_named_loop_is_a_call_and_nothing_known_without_known_entry_points() -
 
 def test_an_unknown_transformers_is_said_once_with_what_is_missing(monkeypatch) -> None:
     codes = find_generation_codes()
-    monkeypatch.setattr(transformers, "__version__", "7.1.0")
+    # the module the agent reads (another test may have imported transformers afresh)
+    tf = sys.modules["transformers"]
+    monkeypatch.setattr(tf, "__version__", "7.1.0")
     msg = transformers_warning(codes)
     assert msg and "transformers 7.1.0" in msg and "does not know" in msg and "stack rules" in msg
-    monkeypatch.setattr(transformers, "__version__", "5.24.0")
+    monkeypatch.setattr(tf, "__version__", "5.24.0")
     without = {c: k for c, k in codes.items() if k != "call"}  # a release that renamed generate
     assert "GenerationMixin.generate was not found" in transformers_warning(without)
