@@ -12,8 +12,9 @@ $(STAMP): pyproject.toml requirements-dev.txt
 	$(PY) -m pip install -q -e '.[test]'
 	touch $(STAMP)
 
-# the ASGI targets' Python 3.12 (sys.monitoring) with starlette and uvicorn: their tests skip,
-# saying so, where there is no such interpreter
+# the Python 3.12 targets' venv (sys.monitoring): starlette, uvicorn, LitServe, transformers and
+# torch 2.14.1 (the generation tests; ~2 min to install from the registry's files); their tests
+# skip, saying so, where there is no such interpreter
 PY312 ?= /root/.pyenv/versions/3.12.1/bin/python
 VENV312 := .venv312
 $(VENV312)/.installed: requirements-py312.txt
