@@ -38,16 +38,21 @@ from infertop.agent.payload.stages import _Monitor, find_known_codes, find_model
 from samples.common.hf_generate import build_model  # noqa: E402
 
 
-def worker(args: argparse.Namespace) -> None:
-    """One process of a pair: pinned to ``--core``, generate for ``--seconds`` under ``--mode``,
-    print the calls per CPU second of this thread (where every callback runs)."""
-    os.sched_setaffinity(0, {args.core})
+def _workload(args: argparse.Namespace):  # noqa: ANN202
+    """The model (one torch thread), its input ids and mask, and generate's arguments."""
     torch.set_num_threads(1)
     hf_logging.set_verbosity_error()
     model = build_model(2000, args.d_model, args.layers, 4, args.prompt + args.new + 8)
     ids = torch.randint(2, 2000, (args.batch, args.prompt))
-    mask = torch.ones_like(ids)
     kw = dict(max_new_tokens=args.new, min_new_tokens=args.new, do_sample=False, pad_token_id=0)
+    return model, ids, torch.ones_like(ids), kw
+
+
+def worker(args: argparse.Namespace) -> None:
+    """One process of a pair: pinned to ``--core``, generate for ``--seconds`` under ``--mode``,
+    print the calls per CPU second of this thread (where every callback runs)."""
+    os.sched_setaffinity(0, {args.core})
+    model, ids, mask, kw = _workload(args)
     mon = None
     if args.mode != "none":
         models = find_model_codes()
@@ -125,12 +130,7 @@ def main() -> None:
     if args.twins:
         return twins(args)
     os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[-1]})
-    torch.set_num_threads(1)
-    hf_logging.set_verbosity_error()
-    model = build_model(2000, args.d_model, args.layers, 4, args.prompt + args.new + 8)
-    ids = torch.randint(2, 2000, (args.batch, args.prompt))
-    mask = torch.ones_like(ids)
-    kw = dict(max_new_tokens=args.new, min_new_tokens=args.new, do_sample=False, pad_token_id=0)
+    model, ids, mask, kw = _workload(args)
 
     def run() -> float:
         """CPU seconds per call, after one call untimed: a monitor installed or removed makes

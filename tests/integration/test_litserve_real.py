@@ -6,6 +6,7 @@ between them as ``ipc``."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -15,9 +16,14 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from infertop.model.events import GenerationCall
+from infertop.record.reader import read_recording
+from tests.support.generation_truth import check_against_own
 
 from .helpers import ROOT, VENV312, infertop, report_json, until
 
@@ -90,30 +96,42 @@ def _healthy(port: int) -> bool:
         return False
 
 
-@pytest.mark.skipif(not _has_litserve(), reason=f"needs {VENV312} with litserve (make .venv312/.installed)")
-def test_a_litserve_server_has_request_and_stage_latency_roles_and_ipc_with_no_flags(tmp_path: Path) -> None:
+@contextlib.contextmanager
+def _serving(tmp_path: Path, argv: list[str], clients: type[Clients], first: int) -> Iterator[tuple]:
+    """A LitServe server (``argv``: its script and arguments, ``{port}`` its port, else the port
+    last) in a process group of its own, answering ``clients`` (``first`` answers seen); the
+    server and its clients stopped after."""
     port = _free_port()
+    args = [a.replace("{port}", str(port)) for a in argv]
+    if not any("{port}" in a for a in argv):
+        args.append(str(port))
     log = open(tmp_path / "server.log", "w")  # noqa: SIM115 - closed at the end
     proc = subprocess.Popen(
-        [str(VENV312), str(APP), str(port)], cwd=ROOT, stdin=subprocess.DEVNULL,
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        [str(VENV312), *args], cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log,
+        stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip
-    clients = None
+    running = None
     try:
-        until(lambda: _healthy(port), 90, f"LitServe's /health on port {port}")
-        clients = Clients(port)
-        until(lambda: len(clients.done) > 50, 60, "the first answers")
-        out = tmp_path / "litserve.infertop"
+        until(lambda: _healthy(port), 120, f"LitServe's /health on port {port}")
+        running = clients(port)
+        until(lambda: len(running.done) > first, 60, "the first answers")
+        yield proc, running
+    finally:
+        if running is not None:
+            running.close()
+        _stop(proc)
+        log.close()
+
+
+@pytest.mark.skipif(not _has_litserve(), reason=f"needs {VENV312} with litserve (make .venv312/.installed)")
+def test_a_litserve_server_has_request_and_stage_latency_roles_and_ipc_with_no_flags(tmp_path: Path) -> None:
+    out = tmp_path / "litserve.infertop"
+    with _serving(tmp_path, [str(APP)], Clients, 50) as (proc, clients):
         t0 = time.time()
         p = infertop("record", str(proc.pid), "--children", "-o", str(out), "--duration", "15",
                      timeout=200)  # fmt: skip
         t1 = time.time()
         assert p.returncode == 0, p.stderr
-    finally:
-        if clients is not None:
-            clients.close()
-        _stop(proc)
-        log.close()
     rep = report_json(str(out))
     # (1) request latency end to end in the API process, beside what the clients measured over
     #     the same seconds (the agent times requests from its start, a few seconds in)
@@ -173,49 +191,18 @@ def test_generation_calls_in_a_litserve_worker_match_its_own_timing(tmp_path: Pa
     attached with --children and nothing else: the worker's generation calls with TTFT and TPOT
     p50 within 15 % of its own timing, the batch sizes' p50 and max exact, its KV cache's
     largest within 10 % of the size from the model's shape."""
-    port, own = _free_port(), tmp_path / "own.jsonl"
-    log = open(tmp_path / "server.log", "w")  # noqa: SIM115 - closed at the end
-    proc = subprocess.Popen(
-        [str(VENV312), str(GENERATE_APP), str(port), str(own)], cwd=ROOT, stdin=subprocess.DEVNULL,
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
-    clients = None
-    try:
-        until(lambda: _healthy(port), 120, f"LitServe's /health on port {port}")
-        clients = Prompts(port)
-        until(lambda: len(clients.done) > 30, 60, "the first answers")
-        out = tmp_path / "generate.infertop"
+    own, out = tmp_path / "own.jsonl", tmp_path / "generate.infertop"
+    with _serving(tmp_path, [str(GENERATE_APP), "{port}", str(own)], Prompts, 30) as (proc, _):
         p = infertop("record", str(proc.pid), "--children", "-o", str(out), "--duration", "15",
                      timeout=200)  # fmt: skip
         assert p.returncode == 0, p.stderr
-    finally:
-        if clients is not None:
-            clients.close()
-        _stop(proc)
-        log.close()
     rep = report_json(str(out))
     g = rep["generation"]
     assert g is not None and g["calls"] >= 30, g
-    from infertop.model.events import GenerationCall
-    from infertop.record.reader import read_recording
-
     calls = [e for e in read_recording(str(out)).events if isinstance(e, GenerationCall)]
     assert {c.pid for c in calls} != {0}, "the calls are the worker's, not the API process's"
-    t0, t1 = min(c.t_start for c in calls), max(c.t_end for c in calls)
-    mine = [json.loads(line) for line in own.read_text().splitlines()]
-    mine = [c for c in mine if t0 - 0.005 <= c["t"] and c["t"] + c["total_ms"] / 1000 <= t1 + 0.005]
-    assert abs(len(mine) - len(calls)) <= 1, (len(mine), len(calls))
-
-    def p50(key: str) -> float:
-        v = sorted(c[key] for c in mine)
-        return v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
-
-    print(f"LitServe generate: TTFT p50 {g['ttft_ms']['p50']:.2f} (own {p50('ttft_ms'):.2f}) ms, "
-          f"TPOT p50 {g['tpot_ms']['p50']:.3f} (own {p50('tpot_ms'):.3f}) ms, {len(calls)} calls")  # fmt: skip
-    assert g["ttft_ms"]["p50"] == pytest.approx(p50("ttft_ms"), rel=0.15)
-    assert g["tpot_ms"]["p50"] == pytest.approx(p50("tpot_ms"), rel=0.15)
-    assert g["batch_size"]["p50"] == p50("batch") and g["batch_size"]["max"] == max(c["batch"] for c in mine)
-    assert g["kv_cache"]["bytes_max"] == pytest.approx(max(c["kv_bytes"] for c in mine), rel=0.10)
+    own_rows = [json.loads(line) for line in own.read_text().splitlines()]
+    mine = check_against_own("LitServe generate", g, calls, own_rows)
     # prefill against decode in the samples' wall time, beside the worker's own split of its calls
     wall = {s["name"]: s["share"] for s in rep["stages"]}
     assert {"prefill", "decode"} <= set(wall), wall

@@ -18,7 +18,6 @@ import itertools
 import json
 import os
 import resource
-import statistics
 import threading
 import time
 from typing import Self
@@ -27,6 +26,7 @@ import pytest
 
 from infertop.model.events import GenerationCall, SampleWindow
 from infertop.record.reader import read_recording
+from tests.support.generation_truth import check_against_own
 
 from .helpers import VENV312, infertop, read_truth, report_json, start_target, stop_target
 
@@ -166,21 +166,8 @@ def test_generation_calls_match_the_service_s_own_timing_on_312(tmp_path) -> Non
     g = rep["generation"]
     assert g is not None and g["calls"] >= 40, g
     calls = [e for e in read_recording(out).events if isinstance(e, GenerationCall)]
-    t0, t1 = min(c.t_start for c in calls), max(c.t_end for c in calls)
     with open(tmp_path / "truth.json") as fh:
-        own = [c for c in json.load(fh)["calls"]["generation"]
-               if t0 - 0.005 <= c["t"] and c["t"] + c["total_ms"] / 1000 <= t1 + 0.005]  # fmt: skip
-    assert abs(len(own) - len(calls)) <= 1, (len(own), len(calls))
-
-    def p50(key: str) -> float:
-        return statistics.median(c[key] for c in own if c[key] is not None)
-
-    print(f"TTFT p50 {g['ttft_ms']['p50']:.2f} (own {p50('ttft_ms'):.2f}) ms, TPOT p50 "
-          f"{g['tpot_ms']['p50']:.3f} (own {p50('tpot_ms'):.3f}) ms, calls {len(calls)}")  # fmt: skip
-    assert g["ttft_ms"]["p50"] == pytest.approx(p50("ttft_ms"), rel=0.15)
-    assert g["tpot_ms"]["p50"] == pytest.approx(p50("tpot_ms"), rel=0.15)
-    assert g["batch_size"]["p50"] == p50("batch") and g["batch_size"]["max"] == max(c["batch"] for c in own)
-    assert g["kv_cache"]["bytes_max"] == pytest.approx(max(c["kv_bytes"] for c in own), rel=0.10)
+        check_against_own("textgen --hf on 3.12", g, calls, json.load(fh)["calls"]["generation"])
     truth = {s: spent.get(s, 0.0) / sum(spent.get(x, 0.0) for x in GENERATION) for s in GENERATION}
     wall = {s["name"]: s["share"] for s in rep["stages"]}
     ours = {s: wall.get(s, 0.0) / sum(wall.get(x, 0.0) for x in GENERATION) for s in GENERATION}
