@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from infertop.analysis.batches import BatchCalls, calls_by_batch
 from infertop.analysis.flame import FlameNode, TopFrame, build_flame, top_frames
 from infertop.analysis.fold import FlameShape, ShaperCache
 from infertop.analysis.generation import GenerationSummary, summarize_generations
@@ -143,6 +144,8 @@ class Snapshot:
     recent_requests: RequestSummary | None = None
     #: the generation calls up to t (the agent's); None: none seen
     generation: GenerationSummary | None = None
+    #: {stage: its calls by batch size}, for the stages whose calls have batch sizes (forward)
+    batches: Mapping[str, tuple[BatchCalls, ...]] = field(default_factory=dict)
     #: GC pause time and the worst event-loop lag per window of ``history`` (the stage
     #: panel's pause rows); None: no pause or heartbeat in those windows
     pause_history: PauseHistory | None = None
@@ -426,6 +429,7 @@ def build_snapshot(
         tails=session_tails(session, t, tails) if tails is not None else (),
         recent_requests=summarize_requests(recent_spans, recent_s, session.thread_pid),
         generation=_generation(session, t, span_list, allocator, process),
+        batches=calls_by_batch(span_list or session.spans_between(None, t)),
         requests=summarize_requests(
             span_list or session.spans_between(None, t), duration, session.thread_pid
         )

@@ -123,6 +123,9 @@ class StageSpan:
     t_start: float
     t_end: float
     request: str | None = None  # ``infertop.stage(..., request=ID)``: the request it is of
+    #: the leading dimension of a forward call's input (the agent's: its first tensor argument,
+    #: its ``input_ids``, or the length of a list of requests); None: not known
+    batch: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,7 +39,14 @@ from infertop.model.events import (
 from infertop.model.fields import as_str, decode_allocator, decode_op_window
 from infertop.model.gpu import GpuReading
 from infertop.model.numbers import real, whole
-from infertop.record.generation_format import GENERATION, decode_generation, encode_generation
+from infertop.record.generation_format import (
+    GENERATION,
+    SPAN_BATCH,
+    decode_generation,
+    decode_span_batch,
+    encode_generation,
+    encode_span_batch,
+)
 from infertop.record.gpu_format import GPU, decode_gpu_reading, encode_gpu_reading
 from infertop.record.pause_format import CALL_SAMPLES, GC, LOOP_LAG, decode_pause, encode_pause
 
@@ -58,7 +65,8 @@ PROCESS = 14  # added in 1.3 (--children), with code 4's trailing pid
 # 1.5: code 5 gains a trailing 1 for a wall window (py-spy --idle: idle samples included)
 # 1.6: codes 15-17, GC pauses, event-loop lag and call samples: infertop/record/pause_format.py;
 #      code 7 gains a trailing request id (infertop.stage(..., request=ID))
-# 1.7: code 18, one generation call: infertop/record/generation_format.py
+# 1.7: code 18, one generation call, and code 19, a stage span with its batch size:
+#      infertop/record/generation_format.py
 
 
 def encode_event(ev: Event) -> list[Any]:
@@ -75,6 +83,8 @@ def encode_event(ev: Event) -> list[Any]:
             return [THREAD, ev.tid, ev.name] + ([ev.pid] if ev.pid else [])
         case ProcessDef():
             return [PROCESS, ev.pid, ev.ppid, ev.cmdline]
+        case StageSpan() if ev.batch is not None:
+            return encode_span_batch(ev)
         case StageSpan():
             return [SPAN, ev.tid, ev.stage, ev.t_start, ev.t_end] + ([ev.request] if ev.request is not None else [])
         case CollectorStatus():
@@ -155,6 +165,8 @@ def decode_event(raw: Any) -> Event | None:
         return decode_pause(code, f)
     if code == GENERATION:
         return decode_generation(f)
+    if code == SPAN_BATCH:
+        return decode_span_batch(f)
     return None
 
 

@@ -1,5 +1,5 @@
-"""Recording event 18 (format 1.7): one generation call, timed by the agent
-(docs/recording-format.md, docs/generation.md).
+"""Recording events 18 and 19 (format 1.7): one generation call, timed by the agent, and a stage
+span with its batch size (docs/recording-format.md, docs/generation.md).
 
     [18, tid, t_start, t_first, t_end, batch, prompt tokens, new tokens, kv bytes, kv device,
      forwards, pid?]
@@ -12,11 +12,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from infertop.model.events import GenerationCall
+from infertop.model.events import GenerationCall, StageSpan
 from infertop.model.fields import as_opt_str
 from infertop.model.numbers import real, whole
 
 GENERATION = 18
+#: 1.7: a stage span with its batch size (code 7's fields, the batch before the request id):
+#: ``[19, tid, stage, t_start, t_end, batch, request?]``; a 1.6 reader skips it
+SPAN_BATCH = 19
 
 
 def _opt_int(x: Any) -> int | None:
@@ -29,6 +32,18 @@ def encode_generation(ev: GenerationCall) -> list[Any]:
         ev.new_tokens, ev.kv_bytes, ev.kv_device, ev.forwards,
     ]  # fmt: skip
     return out + [ev.pid] if ev.pid else out
+
+
+def encode_span_batch(ev: StageSpan) -> list[Any]:
+    out = [SPAN_BATCH, ev.tid, ev.stage, ev.t_start, ev.t_end, ev.batch]
+    return out + [ev.request] if ev.request is not None else out
+
+
+def decode_span_batch(f: list[Any]) -> StageSpan:
+    return StageSpan(
+        whole(f[0]), str(f[1]), real(f[2]), real(f[3]), None if len(f) <= 5 else as_opt_str(f[5]),
+        whole(f[4]),
+    )  # fmt: skip
 
 
 def decode_generation(f: list[Any]) -> GenerationCall:

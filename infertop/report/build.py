@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from msgspec import UNSET
+
 from infertop.analysis.findings import evaluate
 from infertop.analysis.findings.session import snapshot_input
 from infertop.analysis.gpu_series import memory_summary, utilization_summary
@@ -77,6 +79,12 @@ def build_record(
                 calls=timed.calls,
                 latency_ms=None if lat is None else Latency(_r(lat.p50, 3), _r(lat.p95, 3), _r(lat.p99, 3)),
                 tail=tail_dict(tails[name]) if name in tails else None,
+                by_batch=[
+                    {"batch": b.batch, "calls": b.calls, "latency_ms_p50": _r(b.latency_ms_p50, 3)}
+                    for b in snap.batches[name]
+                ]
+                if name in snap.batches
+                else UNSET,
             )
         )
     nvml = next((s for s in snap.statuses if s.collector == "nvml"), None)

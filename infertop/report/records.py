@@ -59,6 +59,9 @@ class Stage(Struct):
     calls: int | None
     latency_ms: Latency | None
     tail: Json | None
+    #: the stage's calls by batch size, where the agent saw batch sizes (forward calls):
+    #: [{"batch", "calls", "latency_ms_p50"}]; absent otherwise
+    by_batch: list[Json] | UnsetType = UNSET
 
 
 class Idle(Struct):

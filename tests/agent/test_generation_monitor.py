@@ -85,6 +85,11 @@ def test_a_call_that_raises_is_no_generation_and_the_next_one_is(seen: dict) -> 
     assert [s[0] for s in after["spans"]] == ["prefill", "decode"]  # the failed call: no span
 
 
+def test_a_forward_call_carries_its_batch_size(seen: dict) -> None:
+    # a model's first tensor argument's leading dimension; a handler's list of requests
+    assert seen["batched"] == [["forward", 2], ["forward", 5], ["forward", 3]]
+
+
 def test_a_plain_call_that_raises_needs_no_unwind_event(seen: dict) -> None:
     """PY_UNWIND fires for every frame an exception leaves, anywhere in the process (~660 per
     Hugging Face generate call): the monitor does without it for plain calls."""

@@ -203,6 +203,10 @@ def test_generation_calls_in_a_litserve_worker_match_its_own_timing(tmp_path: Pa
     assert {c.pid for c in calls} != {0}, "the calls are the worker's, not the API process's"
     own_rows = [json.loads(line) for line in own.read_text().splitlines()]
     mine = check_against_own("LitServe generate", g, calls, own_rows)
+    # the batch beside the queue: LitServe's predict (the forward call) by its list's length
+    forward = next(s for s in rep["stages"] if s["name"] == "forward")
+    sizes = {b["batch"] for b in forward["by_batch"]}
+    assert {c["batch"] for c in mine} <= sizes and max(sizes) == max(c["batch"] for c in mine), forward["by_batch"]
     # prefill against decode in the samples' wall time, beside the worker's own split of its calls
     wall = {s["name"]: s["share"] for s in rep["stages"]}
     assert {"prefill", "decode"} <= set(wall), wall

@@ -88,6 +88,22 @@ def test_a_generation_call_round_trips_through_the_recording_format() -> None:
         decode_event([18, 1, 5.0, 9.0, 6.0, None, None, None, None, None, 0])
 
 
+def test_forward_calls_by_batch_size_from_the_agent_s_spans() -> None:
+    from infertop.analysis.batches import calls_by_batch
+
+    spans = [StageSpan(1, "forward", float(i), i + (0.010 if i % 2 else 0.016), None, 2 if i % 2 else 8)
+             for i in range(10)]  # fmt: skip
+    spans += [StageSpan(1, "forward", 20.0, 20.5), StageSpan(1, "preprocess", 21.0, 21.1, "r", 2)]
+    rows = calls_by_batch(spans)
+    assert [(b.batch, b.calls) for b in rows["forward"]] == [(2, 5), (8, 5)]  # a span without: not counted
+    assert rows["forward"][1].latency_ms_p50 == pytest.approx(16.0)
+    assert [(b.batch, b.calls) for b in rows["preprocess"]] == [(2, 1)]
+    (span,) = convert({"type": "spans", "spans": [[5, "forward", 1.0, 1.02, None, 8]]})
+    assert span == StageSpan(5, "forward", 1.0, 1.02, None, 8)
+    (named,) = convert({"type": "spans", "spans": [[5, "serialize", 1.0, 1.02, "POST /x #1"]]})
+    assert named.request == "POST /x #1" and named.batch is None
+
+
 def test_the_agent_s_message_becomes_events_with_unknowns_as_none() -> None:
     msg = {"type": "generations", "calls": [
         [11, 10.0, 10.02, 10.1, 4, 32, 17, 4096, "cuda:0", 17],

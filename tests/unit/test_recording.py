@@ -50,6 +50,9 @@ EVENTS = [
     # 1.7: a generation call (one of a child's, with what the agent could not see left None)
     GenerationCall(7, 1000.1, 1000.12, 1000.3, 4, 32, 17, 65536, "cpu", 17),
     GenerationCall(9, 1000.4, None, 1000.5, pid=4242),
+    # 1.7: forward calls with their batch sizes (code 19), with and without a request id
+    StageSpan(7, "forward", 1000.2, 1000.3, None, 8),
+    StageSpan(7, "forward", 1000.3, 1000.35, "req-1", 1),
 ]
 
 

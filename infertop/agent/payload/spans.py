@@ -41,11 +41,11 @@ class _SpansMixin:
             if not (last[0] == native and last[1] == name and last[2] >= start_ns):
                 inner.append(last)
         spans.extend(reversed(inner))
-        spans.append((native, name, start_ns, end_ns, request))
+        spans.append((native, name, start_ns, end_ns, request, None))
         self._note_span_thread(thread_id, native)
 
-    def _push_span(self, tid, stage, start_ns, end_ns, request=None):
-        self.spans.append((tid, stage, start_ns, end_ns, request))
+    def _push_span(self, tid, stage, start_ns, end_ns, request=None, batch=None):
+        self.spans.append((tid, stage, start_ns, end_ns, request, batch))
 
     def _install_sink(self):
         if self.sink_module is not None:
@@ -122,10 +122,14 @@ class _SpansMixin:
         popleft = self.spans.popleft
         while len(batch) < 20000:
             try:
-                tid, stage, start, end, request = popleft()
+                tid, stage, start, end, request, size = popleft()
             except IndexError:
                 break
             row = [tid, stage, (start + offset) / 1e9, (end + offset) / 1e9]
-            batch.append(row if request is None else row + [request])
+            if size is not None:
+                row += [request, size]
+            elif request is not None:
+                row.append(request)
+            batch.append(row)
         if batch:
             self._send({"type": "spans", "spans": batch})

@@ -226,6 +226,34 @@ def frame_of(code):
     return frame
 
 
+def batch_of(frame, code):
+    """A forward call's batch size: the leading dimension of its ``input_ids`` (an argument or
+    in its ``**kwargs``) or of its first tensor argument, or the length of a list of requests
+    (LitServe's ``predict(batch)``); None when it has none."""
+    try:
+        return _batch_of(frame.f_locals, code)
+    except Exception:  # an odd argument: the call is still timed, without its batch
+        return None
+
+
+def _batch_of(local, code):
+    torch = sys.modules.get("torch")
+    tensor = getattr(torch, "Tensor", None)
+    kwargs = local.get("kwargs")
+    values = [local.get("input_ids")]
+    if isinstance(kwargs, dict):
+        values.append(kwargs.get("input_ids"))
+    values += [local.get(n) for n in code.co_varnames[: min(code.co_argcount, 8)] if n != "self"]
+    for v in values:
+        if tensor is not None and isinstance(v, tensor):
+            return int(v.shape[0]) if v.dim() > 0 else None
+        if type(v) in (list, tuple) and v:
+            return len(v)
+        if isinstance(v, dict) and tensor is not None and isinstance(v.get("input_ids"), tensor):
+            return int(v["input_ids"].shape[0])
+    return None
+
+
 def on_stack(frame, frame_id, code, limit=256):
     """Whether the frame ``frame_id`` of ``code`` is ``frame`` or one of its callers (the
     nearest ``limit``): a call still running, not one that ended by an exception."""
@@ -333,7 +361,7 @@ class _Monitor:
                 frame, depth = frame.f_back, depth + 1
             opened = self.open.setdefault(ident, {}) if outermost else None
             for st, f in outermost.items():
-                opened.setdefault(st, [None, id(f), f.f_code])
+                opened.setdefault(st, [None, id(f), f.f_code, None])
             if gen is not None and self.gen is not None:
                 self.gen.adopt(ident, gen)
 
@@ -387,7 +415,10 @@ class _Monitor:
                     return None  # the same function inside itself
                 # else that call raised (its frame is gone): this one replaces it
             frame = frame or frame_of(code)
-            opened[stage] = [now if now is not None else time.perf_counter_ns(), id(frame), code]
+            size = None
+            if stage == "forward" and self.gen_codes.get(code) != "call":
+                size = batch_of(frame, code)  # once a call: its input's leading dimension
+            opened[stage] = [now if now is not None else time.perf_counter_ns(), id(frame), code, size]
         except Exception:
             pass
         return None
@@ -444,7 +475,7 @@ class _Monitor:
             if self.gen is not None and self.gen_codes.get(code) == "call":
                 first = self.gen.split_of(ident, call[0])
             if first is None:
-                self.push(native, stage, call[0], end, None)
+                self.push(native, stage, call[0], end, None, call[3])
             else:  # a generation: its prefill, then its decode
                 self.push(native, "prefill", call[0], first, None)
                 self.push(native, "decode", first, end, None)

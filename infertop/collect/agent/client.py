@@ -227,7 +227,11 @@ def convert(msg: dict[str, Any]) -> list[Event]:
             raise ValueError("spans is not a list")
         # bounded like a recording's numbers: a span the reader would call damage never gets in
         return [
-            StageSpan(whole(r[0]), str(r[1]), real(r[2]), real(r[3]), str(r[4]) if len(r) > 4 else None)
+            StageSpan(
+                whole(r[0]), str(r[1]), real(r[2]), real(r[3]),
+                str(r[4]) if len(r) > 4 and r[4] is not None else None,
+                whole(r[5]) if len(r) > 5 and r[5] is not None else None,
+            )  # fmt: skip
             for r in spans
         ]
     if kind == "pauses":

@@ -1,7 +1,7 @@
 """The stage panel's generation rows (the agent's generation calls; docs/generation.md): time to
 first token and per output token, tokens per second and the KV cache on one row, and the calls'
 latency by batch size on the next, against the smallest batch's, so that "8 requests take 1.5×
-as long as 2, not 4×" reads at a glance."""
+as long as 2, not 4×" reads at a glance; the same batch row for a stage's calls (forward)."""
 
 from __future__ import annotations
 
@@ -33,19 +33,31 @@ def generation_rows(g: GenerationSummary | None, name_w: int) -> list[Text]:
         room = f", {mib(kv.headroom_bytes)} free" if kv.headroom_bytes is not None else ""
         head.append(f"  · KV max {mib(kv.bytes_max)} ({kv.device}{room})", style="dim")
     rows = [head]
-    if g.by_batch:
-        shown = sorted(
-            sorted(g.by_batch, key=lambda b: -b.calls)[:MAX_BATCHES], key=lambda b: b.batch
-        )
-        base = shown[0]
-        line = Text(no_wrap=True, overflow="ellipsis")
-        line.append("  by batch".ljust(name_w), style="dim")
-        cells = []
-        for b in shown:
-            cell = f"{b.batch}: {b.calls}× {b.latency_ms_p50:.0f} ms"
-            if b is not base and base.latency_ms_p50 > 0:
-                cell += f" ({b.latency_ms_p50 / base.latency_ms_p50:.1f}× of {base.batch})"
-            cells.append(cell)
-        line.append("   ".join(cells))
-        rows.append(line)
-    return rows
+    batch = batch_row(
+        "  by batch", [(b.batch, b.calls, b.latency_ms_p50) for b in g.by_batch], name_w
+    )
+    return rows + ([batch] if batch is not None else [])
+
+
+def batch_row(
+    label: str, rows: list[tuple[int, int, float]], name_w: int, what: str = ""
+) -> Text | None:
+    """``label  [what · ]2: 40× 107 ms   8: 26× 163 ms (1.5× of 2)``: calls by batch size (batch,
+    calls, p50 ms), the six most frequent sizes, each against the smallest's latency; None: no
+    rows."""
+    if not rows:
+        return None
+    shown = sorted(sorted(rows, key=lambda r: -r[1])[:MAX_BATCHES])
+    base_batch, _, base_ms = shown[0]
+    line = Text(no_wrap=True, overflow="ellipsis")
+    line.append(label.ljust(name_w), style="dim")
+    if what:
+        line.append(what + " · ", style="dim")
+    cells = []
+    for batch, calls, ms in shown:
+        cell = f"{batch}: {calls}× {ms:.0f} ms"
+        if batch != base_batch and base_ms > 0:
+            cell += f" ({ms / base_ms:.1f}× of {base_batch})"
+        cells.append(cell)
+    line.append("   ".join(cells))
+    return line

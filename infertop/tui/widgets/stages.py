@@ -12,7 +12,7 @@ from infertop.analysis.shares import StageShare
 from infertop.analysis.snapshot import Snapshot
 from infertop.analysis.stages import IDLE
 from infertop.tui.palette import bar, sparkline, stage_color
-from infertop.tui.widgets.generation_rows import generation_rows
+from infertop.tui.widgets.generation_rows import batch_row, generation_rows
 from infertop.tui.widgets.pause_rows import pause_rows
 
 NAME_W = 12  # "postprocess "
@@ -97,6 +97,11 @@ def render_stages(snapshot: Snapshot | None, width: int, header: bool = True) ->
     if snapshot.recent_requests is not None:
         lines.append(requests_row(snapshot.recent_requests))
     lines += generation_rows(snapshot.generation, NAME_W)
+    for stage, calls in snapshot.batches.items():  # a stage's calls by batch size (forward)
+        rows = [(b.batch, b.calls, b.latency_ms_p50) for b in calls]
+        row = batch_row("  by batch", rows, NAME_W, f"{stage} calls")
+        if row is not None:
+            lines.append(row)
     lines += pause_rows(snapshot, NAME_W, bar_w + PCT_W + TOTAL_W, spark_w)
     return Text("\n").join(lines)
 

@@ -100,6 +100,33 @@ def plain_calls_that_raise():
     return {"spans": spans, "outer": [t0, t1], "unwind_events": bool(unwind)}
 
 
+def predict(batch):
+    """A serving framework's handler: its batch is a list of requests."""
+    return [len(x) for x in batch]
+
+
+def batched_forwards(tiny):
+    """Forward calls' batch sizes: a model's first tensor argument, a handler's list."""
+    spans = []
+    mon = _Monitor(
+        {_unwrapped(type(tiny).forward): "forward", predict.__code__: "forward"},
+        lambda *a: spans.append([a[1], a[5] if len(a) > 5 else None]),
+    )
+    mon.install()
+    with torch.inference_mode():
+        tiny(torch.randn(2, 6))
+        tiny(torch.randn(5, 6))
+    predict(["a", "b", "c"])
+    mon.uninstall()
+    return spans
+
+
+def _unwrapped(fn):
+    while hasattr(fn, "__wrapped__"):
+        fn = fn.__wrapped__
+    return fn.__code__
+
+
 def monitor(patterns=()):
     models = find_model_codes()
     gen = _Generations(find_generation_codes(parse_stage_patterns([["decode", p] for p in patterns]), models))
@@ -173,6 +200,7 @@ def main() -> None:
     out["after_error"] = finish(mon, gen, spans)
     out["kv_expected"] = LAYERS * 2 * 3 * (7 + 5 - 1) * EMBD * 4
     out["plain"] = plain_calls_that_raise()
+    out["batched"] = batched_forwards(tiny)
     print(json.dumps(out))
 
 
