@@ -74,6 +74,7 @@ def test_a_hand_written_loop_named_by_a_pattern_counts_a_token_per_forward(seen:
 def test_a_call_running_when_the_monitor_starts_counts_nothing(seen: dict) -> None:
     adopted = seen["adopted"]
     assert adopted["rows_of_the_running_one"] == 0
+    assert adopted["native_known"]  # its thread's native id: the call sampler's key
     assert _row(adopted["rows"])["new"] == 5  # the next call is followed whole
     assert [s[0] for s in adopted["spans"]] == ["prefill", "decode"]  # no forward per token of it
 

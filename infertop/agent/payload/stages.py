@@ -360,6 +360,10 @@ class _Monitor:
                     gen = frame
                 frame, depth = frame.f_back, depth + 1
             opened = self.open.setdefault(ident, {}) if outermost else None
+            if outermost:
+                native = getattr(threading._active.get(ident), "native_id", None)
+                if native:
+                    self.natives[ident] = native
             for st, f in outermost.items():
                 opened.setdefault(st, [None, id(f), f.f_code, None])
             if gen is not None and self.gen is not None:
@@ -404,6 +408,7 @@ class _Monitor:
             opened = self.open.get(ident)
             if opened is None:
                 opened = self.open[ident] = {}
+            if ident not in self.natives:  # (a thread adopted at install has its dict already)
                 self.natives[ident] = threading.get_native_id()
             call = opened.get(stage)
             frame = None

@@ -186,10 +186,13 @@ def main() -> None:
     t.start()
     started.wait(30)
     mon, gen, spans = monitor()
+    # the running thread is known by its native id at once (the call sampler samples it)
+    native_known = mon.natives.get(t.ident) == t.native_id
     t.join(60)
     done_before = list(gen.done)
     model.generate(ids, attention_mask=torch.ones_like(ids), **kw)
-    out["adopted"] = {**finish(mon, gen, spans), "rows_of_the_running_one": len(done_before)}
+    out["adopted"] = {**finish(mon, gen, spans), "rows_of_the_running_one": len(done_before),
+                      "native_known": native_known}  # fmt: skip
 
     mon, gen, spans = monitor()
     try:
