@@ -34,7 +34,8 @@ import torch  # noqa: E402
 from transformers.utils import logging as hf_logging  # noqa: E402
 
 from infertop.agent.payload.generation import _Generations, find_generation_codes  # noqa: E402
-from infertop.agent.payload.stages import _Monitor, find_known_codes, find_model_codes  # noqa: E402
+from infertop.agent.payload.monitor import _Monitor  # noqa: E402
+from infertop.agent.payload.stages import find_known_codes, find_model_codes  # noqa: E402
 from samples.common.hf_generate import build_model  # noqa: E402
 
 

@@ -21,7 +21,8 @@ The parts, in order:
   op time and device busy time (``reduce_events``, pure functions);
 - ``kineto``: ``_KinetoEvent`` objects to event tuples; keeping libkineto's lines off stderr;
 - ``window``: the target's torch and one all-threads profiler window;
-- ``stages``: ``stage_functions`` patterns and the ``sys.monitoring`` timer (Python >= 3.12);
+- ``stages``: ``stage_functions`` patterns, the entry points and models timed by default;
+- ``monitor``: the ``sys.monitoring`` timer of those (Python >= 3.12);
 - ``generation``: generation calls followed through that timer (prefill, decode, tokens,
   batch size, KV-cache bytes);
 - ``memory``, ``spans``, ``pauses``, ``callsamples``, ``profiling``, ``serve``: the agent's
@@ -110,6 +111,7 @@ PARTS = (
     "kineto",
     "window",
     "stages",
+    "monitor",
     "generation",
     "memory",
     "spans",

@@ -20,11 +20,11 @@ from infertop.agent.payload.constants import (
     THREAD_NAME,
 )
 from infertop.agent.payload.memory import _MemoryMixin
+from infertop.agent.payload.monitor import _Monitor
 from infertop.agent.payload.pauses import _PausesMixin
 from infertop.agent.payload.profiling import _ProfilingMixin
 from infertop.agent.payload.serve import _ServingMixin
 from infertop.agent.payload.spans import _SpansMixin
-from infertop.agent.payload.stages import _Monitor
 
 # -- end --
 

@@ -19,13 +19,8 @@ import sys
 import threading
 
 # -- imported as a module (payload_source leaves these lines out) --
-from infertop.agent.payload.stages import (
-    _unwrapped_code,
-    frame_of,
-    gc_objects,
-    match_stage,
-    on_stack,
-)
+from infertop.agent.payload.monitor import frame_of, on_stack
+from infertop.agent.payload.stages import _unwrapped_code, gc_objects, match_stage
 
 # -- end --
 

@@ -18,9 +18,9 @@ from infertop.agent.payload.constants import (
     SEND_TIMEOUT_S,
 )
 from infertop.agent.payload.generation import find_generation_codes, transformers_warning
+from infertop.agent.payload.monitor import _Monitor
 from infertop.agent.payload.stages import (
     _CALL_FILTERS,
-    _Monitor,
     find_known_codes,
     find_model_codes,
     find_stage_codes,

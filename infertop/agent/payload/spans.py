@@ -11,7 +11,7 @@ import time
 # -- imported as a module (payload_source leaves these lines out) --
 from infertop.agent.payload.constants import MAX_SPANS_BUFFERED
 from infertop.agent.payload.generation import _Generations
-from infertop.agent.payload.stages import _Monitor
+from infertop.agent.payload.monitor import _Monitor
 
 # -- end --
 

@@ -23,8 +23,8 @@ from transformers.generation.streamers import BaseStreamer  # noqa: E402
 from transformers.utils import logging as hf_logging  # noqa: E402
 
 from infertop.agent.payload.generation import _Generations, find_generation_codes  # noqa: E402
+from infertop.agent.payload.monitor import _Monitor  # noqa: E402
 from infertop.agent.payload.stages import (  # noqa: E402
-    _Monitor,
     find_known_codes,
     find_model_codes,
     parse_stage_patterns,
