@@ -193,7 +193,10 @@ class _Monitor:
             kind = self.gen_codes.get(code)
             if kind is not None:
                 now = time.perf_counter_ns()
-                self.gen.start(code, kind, now)
+                try:
+                    self.gen.start(code, kind, now)
+                except Exception:  # a generation not followed: its stage call still is
+                    pass
             stage = self.codes.get(code)
             if stage is None:
                 return None
