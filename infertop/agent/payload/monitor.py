@@ -155,7 +155,7 @@ class _Monitor:
                 frame, depth = frame.f_back, depth + 1
             opened = self.open.setdefault(ident, {}) if outermost else None
             if outermost:
-                native = getattr(threading._active.get(ident), "native_id", None)
+                native = getattr(getattr(threading, "_active", {}).get(ident), "native_id", None)
                 if native:
                     self.natives[ident] = native
             for st, f in outermost.items():
