@@ -7,6 +7,7 @@ from typing import Any
 
 from infertop.analysis.generation import GenerationSummary, Spread
 from infertop.analysis.shares import Latency
+from infertop.report.pauses import latency_dict
 
 
 def _r(x: float, nd: int = 3) -> float:
@@ -14,7 +15,7 @@ def _r(x: float, nd: int = 3) -> float:
 
 
 def _lat(lat: Latency | None) -> dict[str, float] | None:
-    return None if lat is None else {"p50": _r(lat.p50), "p95": _r(lat.p95), "p99": _r(lat.p99)}
+    return None if lat is None else latency_dict(lat)
 
 
 def _spread(s: Spread | None, mean: bool = False) -> dict[str, float] | None:

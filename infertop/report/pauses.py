@@ -65,7 +65,7 @@ def tail_dict(tail: StageTail) -> dict[str, Any]:
     }
 
 
-def _lat(lat: Latency) -> dict[str, float]:
+def latency_dict(lat: Latency) -> dict[str, float]:
     return {"p50": _r(lat.p50), "p95": _r(lat.p95), "p99": _r(lat.p99)}
 
 
@@ -76,8 +76,8 @@ def requests_dict(req: RequestSummary | None) -> dict[str, Any] | None:
     return {
         "count": req.count,
         "per_s": None if req.per_s is None else _r(req.per_s, 2),
-        "latency_ms": _lat(lat),
-        "by_route": [{"route": r.route, "count": r.count, "latency_ms": _lat(r.latency_ms)} for r in req.by_route],
+        "latency_ms": latency_dict(lat),
+        "by_route": [{"route": r.route, "count": r.count, "latency_ms": latency_dict(r.latency_ms)} for r in req.by_route],
         "stages": {k: {"share": _r(a, 4), "slowest_share": _r(b, 4)} for k, a, b in req.stage_shares},
         # each stage's time in a request (ids, or calls joined by time), over those that have it
         "joined": req.joined,

@@ -54,8 +54,11 @@ class Clients:
         for t in self.threads:
             t.start()
 
+    def body(self) -> bytes:
+        return json.dumps({"text": "hello world " * 20}).encode()
+
     def _run(self) -> None:
-        body = json.dumps({"text": "hello world " * 20}).encode()
+        body = self.body()
         headers = {"content-type": "application/json"}
         while not self.stop.is_set():
             t = time.perf_counter()
@@ -172,16 +175,9 @@ GENERATE_APP = ROOT / "tests" / "integration" / "targets" / "litserve_generate.p
 class Prompts(Clients):
     """Six clients asking for completions of prompts of a few lengths."""
 
-    def _run(self) -> None:
+    def body(self) -> bytes:
         i = threading.get_ident() % 3  # prompts of three lengths across the clients
-        body = json.dumps({"prompt": "the quick brown fox jumps over the lazy dog " * (1 + i)}).encode()
-        headers = {"content-type": "application/json"}
-        while not self.stop.is_set():
-            t = time.perf_counter()
-            req = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
-            with urllib.request.urlopen(req, timeout=30) as r:
-                r.read()
-            self.done.append((time.time(), (time.perf_counter() - t) * 1000))
+        return json.dumps({"prompt": "the quick brown fox jumps over the lazy dog " * (1 + i)}).encode()
 
 
 @pytest.mark.solo  # the service's own timing is the yardstick: beside another test it would wait for CPU too
