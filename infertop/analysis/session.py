@@ -77,7 +77,6 @@ class Session:
     call_samples: CallSampleIndex = field(default_factory=CallSampleIndex)
     #: the agent's generation calls, in order of end: the newest MAX_GENERATIONS are kept
     generations: list[GenerationCall] = field(default_factory=list)
-    generations_dropped: int = 0
     pause_fold: PauseFold = field(default_factory=PauseFold)
     _gpu_ts: list[float] = field(default_factory=list)
     _window_ends: list[float] = field(default_factory=list)
@@ -208,9 +207,7 @@ class Session:
                 else:
                     self.generations.append(ev)
                 if len(self.generations) > MAX_GENERATIONS:
-                    cut = len(self.generations) - MAX_GENERATIONS * 9 // 10
-                    del self.generations[:cut]
-                    self.generations_dropped += cut
+                    del self.generations[: len(self.generations) - MAX_GENERATIONS * 9 // 10]
                 self._saw(ev.t_end)
             case CallSamples():
                 self.call_samples.add(ev)

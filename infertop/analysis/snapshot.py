@@ -258,7 +258,8 @@ def _generation(
     session: Session, t: float | None, spans: list[StageSpan], allocator: AllocatorReading | None,
     process: int | None,
 ) -> GenerationSummary | None:
-    """The generation calls up to ``t`` (one process's, with ``process``), the cache's headroom
+    """The generation calls up to ``t`` (one process's, with ``process``; ``spans``: the stage
+    spans kept, for a slow call's queue wait), the cache's headroom
     from the device memory left: NVML's free memory plus what the allocator reserved and holds
     no tensor in."""
     calls = session.generations_upto(t)
@@ -272,7 +273,7 @@ def _generation(
         free = int(memory["free"])  # type: ignore[arg-type]
         if allocator is not None:
             free += max(0, allocator.reserved - allocator.allocated)
-    return summarize_generations(calls, spans or session.spans_between(None, t), free)
+    return summarize_generations(calls, spans, free)
 
 
 def build_snapshot(
@@ -370,6 +371,7 @@ def build_snapshot(
     if folded.windows:
         working = folded.working + (working or [])
     paths = op_totals.merged_paths()
+    kept = span_list or session.spans_between(None, t)  # the spans kept: read once, for three
     return Snapshot(
         t=t_now,
         t_first=session.t_first,
@@ -428,11 +430,7 @@ def build_snapshot(
         pause_history=_pause_history(session, t, shown[-history:], process),
         tails=session_tails(session, t, tails) if tails is not None else (),
         recent_requests=summarize_requests(recent_spans, recent_s, session.thread_pid),
-        generation=_generation(session, t, span_list, allocator, process),
-        batches=calls_by_batch(span_list or session.spans_between(None, t)),
-        requests=summarize_requests(
-            span_list or session.spans_between(None, t), duration, session.thread_pid
-        )
-        if tails is not None
-        else None,
+        generation=_generation(session, t, kept, allocator, process),
+        batches=calls_by_batch(kept),
+        requests=summarize_requests(kept, duration, session.thread_pid) if tails is not None else None,
     )

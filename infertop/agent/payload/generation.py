@@ -230,7 +230,6 @@ class _Generations:
         self.open = {}  # ident -> _Call
         self.done = []
         self.last_split = {}  # ident -> (start ns, first token ns) of its last call ended
-        self.dropped = 0
 
     def start(self, code, kind, now):
         ident = threading.get_ident()
@@ -320,8 +319,7 @@ class _Generations:
         if first is not None:
             self.last_split[ident] = (call.start, first)
         if len(self.done) >= MAX_GENERATIONS_BUFFERED:
-            self.dropped += 1
-            return
+            return  # no client reading: the newest are dropped
         self.done.append([
             threading.get_native_id(), call.start, -1 if first is None else first, now,
             -1 if call.batch is None else call.batch, -1 if call.prompt is None else call.prompt,
