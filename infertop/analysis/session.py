@@ -16,6 +16,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field, replace
 
+from infertop.analysis.generation_split import GenerationSplit
 from infertop.analysis.gpu_series import GpuFold
 from infertop.analysis.latency_sketch import DurationHistogram
 from infertop.analysis.ops import OpTotals
@@ -101,6 +102,8 @@ class Session:
     gpu_fold: GpuFold = field(default_factory=GpuFold)  # NVML readings past the horizon
     _op_t_first: float | None = None
     _wall: WallAttribution = field(default_factory=WallAttribution)
+    #: the windows' prefill and decode samples split at the agent's first tokens
+    _generation_split: GenerationSplit = field(default_factory=GenerationSplit)
     _newest: float = float("-inf")
     _next_fold: float = float("inf")
 
@@ -206,6 +209,7 @@ class Session:
                     bisect.insort(self.generations, ev, key=lambda g: g.t_end)
                 else:
                     self.generations.append(ev)
+                self._generation_split.call(ev)
                 if len(self.generations) > MAX_GENERATIONS:
                     del self.generations[: len(self.generations) - MAX_GENERATIONS * 9 // 10]
                 self._saw(ev.t_end)
@@ -238,6 +242,7 @@ class Session:
         summaries, and drop allocator readings older than the newest one before it."""
         # sample windows (ordered by end)
         n = bisect.bisect_left(self._window_ends, before)
+        self._generation_split.forget(before)
         if n:
             owner, target = self.thread_pid, self.target.pid or 0
             for ws in self.windows[:n]:
@@ -376,6 +381,7 @@ class Session:
             summary = WindowSummary(
                 w, stage_counts, active, idle, False, by_thread, wall_counts, wall_by_thread or {}
             )
+        self._generation_split.window(summary)
         self.windows.append(summary)
         self._window_ends.append(w.t_end)
 

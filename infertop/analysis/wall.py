@@ -129,7 +129,9 @@ class WallAttribution:
                 mine[OTHER] = keep
                 mine[IDLE] = mine.get(IDLE, 0) + other - keep
             mine = {s: n for s, n in mine.items() if n}
-            th.wall.append((mine, ticks))
+            # a copy: the session moves the window's counts later (analysis/generation_split.py),
+            # and the rates compare these with the CPU windows' as the stacks gave both
+            th.wall.append((dict(mine), ticks))
             if th.is_pipeline():
                 out[tid] = mine
         return out
