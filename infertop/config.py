@@ -245,7 +245,7 @@ class FindingThresholds:
     gpu_idle_gap_ms: float = 100.0  # or idle gaps longer than this
     preprocess_hot_share: float = 0.25
     serialize_hot_share: float = 0.15
-    ipc_heavy_share: float = 0.15  # the hop between processes ≥ 15 % of active time
+    ipc_heavy_share: float = 0.15  # the hop between processes ≥ 15 % of request latency (else of active time)
     stage_min_samples: int = 20  # a stage-share rule needs this many samples of the stage
     queue_wait_share: float = 0.30
     gil_contention_share: float = 0.20

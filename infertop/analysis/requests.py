@@ -10,8 +10,10 @@ time** (``join_by_time``): for each stage, a call inside a request's interval go
 request without one that became ready for it last (the one that arrived, or finished its
 earlier stage, just before the call began: a call the agent missed shifts no other request's),
 and a stage with fewer calls than there are requests (a batch: one ``predict`` for eight
-requests) is shared: each request takes the first of its calls after its earlier stages. What a joined request spent outside its calls is ``queue`` between its
-``preprocess`` and its ``forward`` (waiting for a batch), and the rest ``ipc`` where its calls
+requests) is shared: each request takes the first of its calls after its earlier stages. What
+a joined request spent outside its calls is ``queue`` where it waited for a batch (between its
+``preprocess`` and its ``forward``, and inside the timed batch collection before them on the
+forward's thread: LitServe's ``collate_requests``), and the rest ``ipc`` where its calls
 ran in another process (the hop there and back, and the API process's own work) or ``other``
 in its own. Joined by time, a breakdown is approximate where requests overlap (docs/report.md).
 """
@@ -118,8 +120,10 @@ def by_route(reqs: Iterable[Request]) -> tuple[RouteLatency, ...]:
     return tuple(RouteLatency(route, len(ms), _latency(ms)) for route, ms in rows)
 
 
-#: the stages a request's calls are joined in, in pipeline order (``request`` itself is not)
-JOINED_STAGES = ("preprocess", "queue", "forward", "postprocess", "serialize")
+#: the stages a request's calls are joined in, in pipeline order (``request`` itself is not);
+#: ``queue`` is of the time between them (``_queue_ms``)
+JOINED_STAGES = ("preprocess", "forward", "postprocess", "serialize")
+BREAKDOWN_ORDER = ("preprocess", "queue", "forward", "postprocess", "serialize", "ipc", "other")
 #: a stage with fewer calls than this share of the requests is batched: its calls are shared
 BATCHED_BELOW = 0.8
 #: a call is looked for among this many requests that began before it (those open at once)
@@ -133,11 +137,15 @@ def join_by_time(
     docstring); a request no call falls inside is left as it was."""
     owner = process_of or {}
     by_stage: dict[str, list[StageSpan]] = {}
+    waits: dict[int, list[StageSpan]] = {}  # tid -> its queue calls (a batch's collection)
     for sp in spans:
         if sp.request is None and sp.stage in JOINED_STAGES:
             by_stage.setdefault(sp.stage, []).append(sp)
+        elif sp.request is None and sp.stage == "queue":
+            waits.setdefault(sp.tid, []).append(sp)
     if not by_stage or not reqs:
         return reqs
+    queues = {tid: _Waits(w) for tid, w in waits.items()}
     order = sorted(range(len(reqs)), key=lambda i: reqs[i].t_start)
     starts_in_order = [reqs[i].t_start for i in order]
     got: list[dict[str, StageSpan]] = [{} for _ in reqs]
@@ -183,9 +191,9 @@ def join_by_time(
             out.append(r)
             continue
         ms = {st: (sp.t_end - sp.t_start) * 1000.0 for st, sp in mine.items()}
-        pre, fwd = mine.get("preprocess"), mine.get("forward")
-        if pre is not None and fwd is not None and fwd.t_start > pre.t_end:
-            ms["queue"] = (fwd.t_start - pre.t_end) * 1000.0
+        queue = _queue_ms(r, mine, queues)
+        if queue > 0:
+            ms["queue"] = queue
         here = owner.get(r.tid)
         elsewhere = here is not None and any(
             owner.get(sp.tid) not in (None, here) for sp in mine.values()
@@ -196,6 +204,46 @@ def join_by_time(
         stages = tuple(sorted(ms.items(), key=lambda kv: (-kv[1], kv[0])))
         out.append(replace(r, stages=stages))
     return out
+
+
+class _Waits:
+    """One thread's queue calls, by their ends."""
+
+    def __init__(self, calls: list[StageSpan]) -> None:
+        self.calls = sorted(calls, key=lambda sp: sp.t_end)
+        self.ends = [sp.t_end for sp in self.calls]
+
+    def last_before(self, t: float) -> StageSpan | None:
+        i = bisect.bisect_right(self.ends, t + 1e-6) - 1
+        return self.calls[i] if i >= 0 else None
+
+
+def _queue_ms(r: Request, mine: dict[str, StageSpan], queues: dict[int, _Waits]) -> float:
+    """A joined request's wait for its batch, in ms: from its ``preprocess`` to its ``forward``
+    (the batch's other requests prepared), and where a queue call (a framework's batch
+    collection: LitServe's ``collate_requests``) ended last before its first call on the
+    forward's thread, from when the request was ready for that call (it arrived, or its calls
+    before it ended) to its first call there (the collection, then the batch's other requests
+    decoded before its own). Overlaps count once."""
+    pre, fwd = mine.get("preprocess"), mine.get("forward")
+    spans: list[tuple[float, float]] = []
+    if pre is not None and fwd is not None and fwd.t_start > pre.t_end:
+        spans.append((pre.t_end, fwd.t_start))
+    anchor = fwd or min(mine.values(), key=lambda sp: sp.t_start)
+    first = min((sp.t_start for sp in mine.values() if sp.tid == anchor.tid), default=anchor.t_start)
+    waits = queues.get(anchor.tid)
+    q = waits.last_before(first) if waits is not None else None
+    if q is not None and q.t_end > r.t_start:
+        ready = max([r.t_start, *(sp.t_end for sp in mine.values() if sp.t_end <= q.t_end)])
+        spans.append((max(q.t_start, ready), first))  # and until its first call
+    spans = sorted((a, b) for a, b in spans if b > a)
+    total, reach = 0.0, float("-inf")
+    for a, b in spans:
+        a = max(a, reach)
+        if b > a:
+            total += b - a
+            reach = b
+    return total * 1000.0
 
 
 def summarize_requests(
@@ -252,7 +300,7 @@ def _breakdown(reqs: Iterable[Request]) -> tuple[tuple[str, float, float], ...]:
         for st, ms in r.stages:
             if st != "request":
                 per.setdefault(st, []).append(ms)
-    known = [*JOINED_STAGES, "ipc", "other"]
+    known = BREAKDOWN_ORDER
     names = sorted(per, key=lambda k: (known.index(k) if k in known else len(known), k))
     out = []
     for st in names:

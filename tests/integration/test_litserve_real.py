@@ -165,6 +165,16 @@ def test_a_litserve_server_has_request_and_stage_latency_roles_and_ipc_with_no_f
     assert br["forward"]["p50"] == pytest.approx(stages["forward"]["latency_ms"]["p50"], rel=0.5), (br, stages["forward"])
     assert sum(v["p50"] for v in br.values()) <= 1.5 * ours, (br, ours)
     print(f"LitServe: a request's p50 by stage {({k: v['p50'] for k, v in br.items()})}")
+    # (6) the worker's batch collection (collate_requests, batch_timeout 20 ms), timed by
+    #     default, is the requests' wait for a batch, not their hop; ipc-heavy weighs the hop
+    #     against request latency
+    assert stages.get("queue", {}).get("calls") and stages["queue"]["latency_ms"]["p50"] <= 25.0, stages.get("queue")
+    # only collections that took requests count: each is followed by its batch's predict
+    assert stages["queue"]["calls"] <= stages["forward"]["calls"] + 2, (stages["queue"], stages["forward"])
+    assert 0 < br["queue"]["p50"] <= 25.0 and br["ipc"]["p50"] < ours / 2, br
+    for f in rep["findings"]:
+        if f["rule"] == "ipc-heavy":
+            assert "of request latency" in f["title"] and f["evidence"]["share_of_latency"] >= 0.15, f
     text = infertop("report", str(out))
     assert "a request's stages, p50/p99 ms (joined by time, approximate)" in text.stdout, text.stdout
 

@@ -8,14 +8,17 @@ import numpy as np
 import pytest
 
 from infertop.analysis.findings import RULES, FindingInput, MemoryState, evaluate
+from infertop.analysis.findings.session import ipc_of_requests
 from infertop.analysis.findings.trace import trace_input
 from infertop.analysis.pauses import GcSummary, LoopLagSummary, PauseLine
+from infertop.analysis.requests import summarize_requests
 from infertop.analysis.trace_ops import OutsideOps
 from infertop.config import FindingThresholds
 from infertop.model.rows import MemcpyRow, OpRow
 from infertop.trace.gpu import GpuSummary
 from infertop.trace.table import read_trace
 from tests.support import data
+from tests.support.request_spans import API, WORKER, collecting_server
 
 TRACES = data.TRACES
 TH = FindingThresholds()
@@ -93,6 +96,40 @@ def test_ipc_heavy_says_where_and_what_to_do() -> None:
     )
     assert f is not None and f.title == "ipc takes 25% of active time" and f.severity == "medium"
     assert f.where == ("ForkingPickler.dumps",) and "shared memory" in f.hint
+
+
+def test_ipc_heavy_reads_request_latency_where_requests_were_followed_across_processes() -> None:
+    # the samples say 40 % ipc (a worker blocked on its pipe), the requests 10 %: the requests'
+    # latency decides, either way
+    quiet = FindingInput(stage_shares={"ipc": 0.40}, ipc_latency_share=0.10, ipc_latency_ms=(4.0, 40.0))
+    assert not fires("ipc-heavy", quiet)
+    loud = FindingInput(stage_shares={"ipc": 0.02}, ipc_latency_share=0.31, ipc_latency_ms=(12.5, 40.0),
+                        stage_where={"ipc": ("Connection._send",)})  # fmt: skip
+    f = RULES["ipc-heavy"](loud, TH)
+    assert f is not None and f.title == "the hop between processes takes 31% of request latency"
+    assert f.severity == "high" and f.evidence["ipc_p50_ms"] == 12.5 and f.evidence["request_p50_ms"] == 40.0
+    assert f.where == ("Connection._send",) and "shared memory" in f.hint
+
+
+def _litserve_like_requests(collected: bool):  # type: ignore[no-untyped-def]
+    """A snapshot's evidence of 32 requests followed into a worker by time (the unit tests of
+    analysis/requests.py build the server), with the worker's batch collection timed or not."""
+    spans = [sp for sp in collecting_server() if collected or sp.stage != "queue"]
+    req = summarize_requests(spans, 4.0, {API: API, WORKER: WORKER})
+
+    class Snap:
+        requests = req
+        recent_requests = None
+
+    return ipc_of_requests(Snap())  # type: ignore[arg-type]
+
+
+def test_a_timed_batch_collection_is_no_hop() -> None:
+    """Without the collection timed, the batch's wait reads as ipc (25 % of latency: the
+    finding); with it, what is left is the way back and the encodes (~6 %)."""
+    blind, seen = _litserve_like_requests(False), _litserve_like_requests(True)
+    assert blind["ipc_latency_share"] > 0.15 > 0.08 > seen["ipc_latency_share"]
+    assert fires("ipc-heavy", FindingInput(**blind)) and not fires("ipc-heavy", FindingInput(**seen))
 
 
 def test_thresholds_are_overridable() -> None:

@@ -11,6 +11,7 @@ from infertop.analysis.requests import join_by_time, requests_of, summarize_requ
 from infertop.collect.agent.client import convert
 from infertop.model.events import StageSpan
 from infertop.record.format import decode_event, encode_event
+from tests.support.request_spans import API, WORKER, batched_server, collecting_server
 
 
 def test_the_request_id_reaches_the_sink_and_an_older_sink_still_gets_the_span() -> None:
@@ -86,34 +87,10 @@ def test_agent_named_requests_have_routes_with_their_ids_taken_out() -> None:
 
 
 # -- requests whose calls carry no id: joined by time --------------------------------------------
-API, WORKER = 100, 200  # a LitServe-like server: tid == pid of each process's one thread
-
-
-def _batched_server(n_batches: int = 4) -> list[StageSpan]:
-    """Requests of 8 arriving 1 ms apart at the API process; in the worker each is decoded
-    (1 ms, one after another), the 8 wait for one predict (20 ms), each is encoded (0.5 ms);
-    0.3 ms of transit each way."""
-    spans = []
-    for b in range(n_batches):
-        t0 = 10.0 + b
-        decode_end = []
-        for k in range(8):
-            a = t0 + k * 0.001
-            d0 = max(a + 0.0003, decode_end[-1] if decode_end else 0.0)
-            spans.append(StageSpan(WORKER, "preprocess", d0, d0 + 0.001))
-            decode_end.append(d0 + 0.001)
-        p0 = decode_end[-1] + 0.002
-        spans.append(StageSpan(WORKER, "forward", p0, p0 + 0.020))
-        for k in range(8):
-            e0 = p0 + 0.020 + k * 0.0005
-            spans.append(StageSpan(WORKER, "serialize", e0, e0 + 0.0005))
-            a = t0 + k * 0.001
-            spans.append(StageSpan(API, "request", a, e0 + 0.0005 + 0.0003, request=f"POST /predict #{b * 8 + k + 1}"))
-    return spans
 
 
 def test_a_request_is_followed_into_the_worker_by_time() -> None:
-    s = summarize_requests(_batched_server(), 4.0, {API: API, WORKER: WORKER})
+    s = summarize_requests(batched_server(), 4.0, {API: API, WORKER: WORKER})
     assert s.joined == "time" and s.count == 32
     br = {st: (p50, p99) for st, p50, p99 in s.breakdown_ms}
     assert list(br) == ["preprocess", "queue", "forward", "serialize", "ipc"]
@@ -125,6 +102,34 @@ def test_a_request_is_followed_into_the_worker_by_time() -> None:
     assert dict(first.stages)["queue"] == pytest.approx(9.0, abs=0.05)
     # what is left is the hop (two 0.3 ms transits) and the decode queue behind earlier requests
     assert 0.55 <= br["ipc"][0] <= 8.0
+
+
+def test_a_batch_collection_is_the_request_s_queue_not_its_hop() -> None:
+    s = summarize_requests(collecting_server(), 4.0, {API: API, WORKER: WORKER})
+    assert s.joined == "time" and s.count == 32
+    # request k of a batch waited in the collection from its arrival until the batch was in
+    # (7.3 - k ms, its 0.3 ms transit in it), for the decodes before its own (k ms), and for
+    # those after it (7 - k ms)
+    reqs = join_by_time(requests_of(collecting_server()), collecting_server(), {API: API, WORKER: WORKER})
+    for r in reqs:
+        k = (int(r.id.split("#")[1]) - 1) % 8
+        assert dict(r.stages)["queue"] == pytest.approx(14.3 - k), r
+    br = {st: (p50, p99) for st, p50, p99 in s.breakdown_ms}
+    assert list(br) == ["preprocess", "queue", "forward", "serialize", "ipc"]
+    # what is left is the way back (0.3 ms) and the encodes of the batch's earlier requests
+    assert 0.3 <= br["ipc"][0] <= 2.5 and br["ipc"][1] <= 3.9
+    assert br["queue"][0] == pytest.approx(14.3 - 3.5)
+    # a collection on another thread than the batch's forward is no wait of its requests
+    spans = [sp if sp.stage != "queue" else StageSpan(999, "queue", sp.t_start, sp.t_end) for sp in collecting_server()]
+    reqs = join_by_time(requests_of(spans), spans, {API: API, WORKER: WORKER, 999: WORKER})
+    assert _batch_queue_ms(reqs) == pytest.approx(sum(7 - k for k in range(8)))  # the decodes only
+
+
+def _batch_queue_ms(reqs) -> float:  # type: ignore[no-untyped-def]
+    """The queue ms of the first batch's 8 requests (#1..#8), summed."""
+    first = {r.id: r for r in reqs if int(r.id.split("#")[1]) <= 8}
+    assert len(first) == 8
+    return sum(dict(r.stages).get("queue", 0.0) for r in first.values())
 
 
 def test_in_one_process_the_rest_is_other_and_concurrent_requests_each_get_their_own_call() -> None:

@@ -242,6 +242,7 @@ class _Agent(
         self.config = dict(DEFAULT_CONFIG)
         self.stage_codes = {}
         self.stage_filters = {}
+        self.stage_returns = {}
         self.generation_codes = {}
         self.statuses_sent = set()
         if self.mode == "injected":

@@ -80,7 +80,7 @@ class _Monitor:
     own) are never timed.
     """
 
-    def __init__(self, codes, push, filters=None, ignore=(), generations=None):
+    def __init__(self, codes, push, filters=None, ignore=(), generations=None, returns=None):
         self.codes = dict(codes)
         #: generation.py's tracker and the codes it follows (generate, _prefill, the loops, the
         #: models' forwards): a generate call that is its thread's outermost forward is sent as
@@ -97,6 +97,9 @@ class _Monitor:
         self.natives = {}  # ident -> native thread id, for the call sampler
         #: code -> filter(frame): only calls that pass it are timed (known entry points)
         self.filters = dict(filters or {})
+        #: code -> keep(return value): a plain call it is false for is not sent (LitServe's
+        #: batch collection that took no request)
+        self.returns = dict(returns or {})
         self.coroutines = {
             c for c in self.codes if c.co_flags & (_CO_COROUTINE | _CO_ASYNC_GENERATOR)
         }
@@ -255,7 +258,7 @@ class _Monitor:
             request = "%s #%d" % (name, self.calls)
         self.push(self.natives.get(ident, 0), self.codes[code], start, time.perf_counter_ns(), request)
 
-    def _finish(self, code, now=None):
+    def _finish(self, code, now=None, retval=None):
         try:
             if code not in self.codes:
                 return
@@ -270,6 +273,9 @@ class _Monitor:
                 return  # a call nested in one of its stage, or begun before the monitor did
             del opened[stage]
             if call[0] is None:  # began before the monitor did: not timed
+                return
+            keep = self.returns.get(code)
+            if keep is not None and not keep(retval):
                 return
             native = self.natives.get(ident) or threading.get_native_id()
             end = now if now is not None else time.perf_counter_ns()
@@ -293,7 +299,7 @@ class _Monitor:
                 self.gen.finish(code, kind, retval, now)
             except Exception:
                 pass
-        self._finish(code, now)
+        self._finish(code, now, retval)
         return None
 
     def _on_unwind(self, code, offset, exc):

@@ -21,6 +21,7 @@ from infertop.agent.payload.generation import find_generation_codes, transformer
 from infertop.agent.payload.monitor import _Monitor
 from infertop.agent.payload.stages import (
     _CALL_FILTERS,
+    _RETURN_FILTERS,
     find_known_codes,
     find_model_codes,
     find_stage_codes,
@@ -285,7 +286,7 @@ class _ServingMixin:
         self.config = new
         if patterns is not None:
             codes = find_stage_codes(patterns) if _Monitor.available() else {}
-            filters = {}
+            filters, returns = {}, {}
             gen_codes, models = {}, []
             if _Monitor.available():
                 try:
@@ -300,8 +301,10 @@ class _ServingMixin:
                 for code, (stage, filt) in find_known_codes(models).items():
                     if code not in codes:  # the user's rule for it wins
                         codes[code] = stage
-                        if filt is not None:
+                        if filt in _CALL_FILTERS:
                             filters[code] = _CALL_FILTERS[filt]
+                        elif filt in _RETURN_FILTERS:
+                            returns[code] = _RETURN_FILTERS[filt]
             if len(codes) > MAX_STAGE_FUNCTIONS:
                 # a pattern such as "*" would time every call in the target
                 self._status_once(
@@ -316,6 +319,7 @@ class _ServingMixin:
                 self._stop_monitor()
             self.stage_codes = codes
             self.stage_filters = {c: f for c, f in filters.items() if c in codes}
+            self.stage_returns = {c: f for c, f in returns.items() if c in codes}
             self.generation_codes = gen_codes if codes else {}
             if was_running:
                 self._start_monitor()

@@ -27,6 +27,7 @@ class _SpansMixin:
         self.monitor = None
         self.stage_codes = {}
         self.stage_filters = {}
+        self.stage_returns = {}
         self.generation_codes = {}
         self.generations = None
 
@@ -76,7 +77,8 @@ class _SpansMixin:
         own = self.thread.ident if self.thread is not None else None
         gens = _Generations(self.generation_codes) if self.generation_codes else None
         monitor = _Monitor(
-            self.stage_codes, self._push_span, self.stage_filters, ignore=(own,), generations=gens
+            self.stage_codes, self._push_span, self.stage_filters, ignore=(own,), generations=gens,
+            returns=self.stage_returns,
         )
         try:
             monitor.install()

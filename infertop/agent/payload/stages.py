@@ -69,7 +69,8 @@ def find_stage_codes(patterns):
 
 #: entry points the agent times without being told, when their module is loaded (Python >=
 #: 3.12): (stage, module, attribute path, filter). ``asgi_http``: only calls whose ``scope`` is
-#: an HTTP request (not lifespan, not websocket). FastAPI's app calls Starlette's. Every plain
+#: an HTTP request (not lifespan, not websocket); ``batch_taken``: only calls that returned a
+#: non-empty batch (``_RETURN_FILTERS``). FastAPI's app calls Starlette's. Every plain
 #: (not ``async``) timed function counts as one call only where it is the outermost of its
 #: stage on its thread: a model's forward is one call, not one per sub-module; a tokenizer's
 #: ``__call__`` and the ``encode`` inside it are one preprocess call.
@@ -91,6 +92,9 @@ KNOWN_ENTRY_POINTS = (
     # the standard library's JSON encoder (a response's body; reading a request's is not
     # timed: a framework parses every body so, and its calls would swamp the tokenizer's)
     ("serialize", "json", "dumps", None),
+    # LitServe's batch collection in its worker (``batch_timeout``): a batch's wait, counted
+    # only where it returned requests (it runs every ``batch_timeout`` with none, idle)
+    ("queue", "litserve.loops.base", "collate_requests", "batch_taken"),
 )
 #: framework base classes whose subclasses' handler methods the agent times the same way:
 #: (module, class, ((method, stage), ...)); only methods a subclass defines itself (the user's)
@@ -210,6 +214,16 @@ def _asgi_http(frame):
 #: they return names the call (its request id is that name and a number: "POST /embed #17"),
 #: and a call they return nothing for is not timed
 _CALL_FILTERS = {"asgi_http": _asgi_http}
+
+
+def _batch_taken(retval):
+    """LitServe's ``collate_requests`` returns (payloads, timed-out ids): a batch if payloads."""
+    return type(retval) is tuple and len(retval) == 2 and bool(retval[0])
+
+
+#: filters a known entry point's call must pass when it returns (called with its return
+#: value): a call they are false for is not sent
+_RETURN_FILTERS = {"batch_taken": _batch_taken}
 
 
 def gc_objects():

@@ -48,6 +48,10 @@ class FindingInput:
     stage_samples: dict[str, int] = field(default_factory=dict)
     stage_where: dict[str, tuple[str, ...]] = field(default_factory=dict)  # hottest frames
     queue_latency_share: float | None = None  # queue time / request latency (from spans)
+    #: requests joined across processes: their ``ipc`` ms / their latency, and (ipc p50 ms,
+    #: request p50 ms); None: no such requests (``ipc-heavy`` reads the samples then)
+    ipc_latency_share: float | None = None
+    ipc_latency_ms: tuple[float, float] | None = None
     gil_wait_share: float | None = None
     ops: tuple[OpRow, ...] = ()
     outside_ops: OutsideOps | None = None
@@ -323,12 +327,37 @@ RULES["serialize-hot"] = _stage_rule(
     "token ids instead of per-token objects, move tensors to lists once per batch",
 )  # fmt: skip
 
-RULES["ipc-heavy"] = _stage_rule(
-    "ipc-heavy", "ipc", "ipc_heavy_share",
+_IPC_HINT = (
     "hop less and carry less: pass tensors through shared memory (torch.multiprocessing, or "
     "a shared_memory buffer) instead of pickling them, send token ids rather than text or "
-    "objects, batch the messages, or run the stage in the process that needs its result",
-)  # fmt: skip
+    "objects, batch the messages, or run the stage in the process that needs its result"
+)
+_ipc_by_samples = _stage_rule("ipc-heavy", "ipc", "ipc_heavy_share", _IPC_HINT)
+
+
+@rule("ipc-heavy")
+def ipc_heavy(inp: FindingInput, th: FindingThresholds) -> Finding | None:
+    """Of request latency where requests were followed across processes (``requests``: the
+    time outside every call, queue and batch wait, in the API process and on the way), else of
+    the active samples."""
+    share = inp.ipc_latency_share
+    if share is None:
+        return _ipc_by_samples(inp, th)
+    limit = th.ipc_heavy_share
+    if share < limit:
+        return None
+    evidence: dict[str, float] = {"share_of_latency": round(share, 4), "threshold": limit}
+    if inp.ipc_latency_ms is not None:
+        evidence["ipc_p50_ms"] = round(inp.ipc_latency_ms[0], 3)
+        evidence["request_p50_ms"] = round(inp.ipc_latency_ms[1], 3)
+    return Finding(
+        "ipc-heavy",
+        _severity(share, limit * 1.5, limit * 2),
+        f"the hop between processes takes {100 * share:.0f}% of request latency",
+        evidence,
+        tuple(inp.stage_where.get("ipc", ())[:5]),
+        _IPC_HINT,
+    )
 
 
 @rule("queue-wait")

@@ -70,6 +70,7 @@ def snapshot_input(snap: Snapshot) -> FindingInput:
         gc=snap.pauses.gc if snap.pauses else None,
         event_loop=snap.pauses.event_loop if snap.pauses else None,
         queue_latency_share=_queue_share(snap),
+        **ipc_of_requests(snap),
         gil_wait_share=snap.pauses.gil_share if snap.pauses else None,
         generation=snap.generation,
     )
@@ -83,6 +84,18 @@ def _queue_share(snap: Snapshot) -> float | None:
     shares = {s.name: s.share for s in snap.wall_totals if s.name != IDLE}
     total = sum(shares.values())
     return shares.get("queue", 0.0) / total if total else None
+
+
+def ipc_of_requests(snap: Snapshot) -> dict[str, object]:
+    """``ipc`` of the requests followed into other processes (the whole session's where the
+    snapshot has them, else the last seconds'): its share of their latency and its p50 beside
+    theirs. Empty without such requests."""
+    req = snap.requests or snap.recent_requests
+    if req is None or req.joined == "none" or not any(st == "ipc" for st, *_ in req.breakdown_ms):
+        return {}
+    share = next((every for st, every, _slow in req.stage_shares if st == "ipc"), 0.0)
+    p50 = next(p for st, p, _p99 in req.breakdown_ms if st == "ipc")
+    return {"ipc_latency_share": share, "ipc_latency_ms": (p50, req.latency_ms.p50)}
 
 
 def session_memory(snap: Snapshot) -> MemoryState | None:
