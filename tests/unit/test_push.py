@@ -183,7 +183,9 @@ def test_with_no_spool_and_a_full_queue_the_oldest_are_dropped_and_counted() -> 
     finally:
         sender.close()
         rx.stop()
-    assert numbers(got) == [3, 4] and got[0].path == "/profiles/writeraw"
+    # the oldest go, but for one the thread was already sending when the others came (its try
+    # failed on the refused port; on a busy machine the thread may not have started it yet)
+    assert numbers(got) in ([3, 4], [0, 4]) and got[0].path == "/profiles/writeraw"
 
 
 def test_submit_never_waits_for_a_backend_that_hangs(tmp_path) -> None:
