@@ -6,10 +6,18 @@ from __future__ import annotations
 
 import sys
 
-from transformers.generation import stopping_criteria, utils
+import pytest
 
 from infertop.agent.payload.generation import find_generation_codes, transformers_warning
 from infertop.agent.payload.stages import parse_stage_patterns
+
+
+@pytest.fixture(scope="module")
+def hf():  # type: ignore[no-untyped-def]
+    """transformers' generation modules, imported by the tests (seconds: not at collection)."""
+    from transformers.generation import stopping_criteria, utils
+
+    return utils, stopping_criteria
 
 
 def _code(fn):
@@ -22,7 +30,8 @@ def my_decode_loop(model, ids, n):
     return [model(ids) for _ in range(n)]
 
 
-def test_generate_and_the_models_forwards_are_followed_nothing_per_token() -> None:
+def test_generate_and_the_models_forwards_are_followed_nothing_per_token(hf) -> None:
+    utils, stopping_criteria = hf
     g = utils.GenerationMixin
     model_forward = _code(my_decode_loop)  # any code handed as a model's forward
     codes = find_generation_codes((), [model_forward])
@@ -34,13 +43,13 @@ def test_generate_and_the_models_forwards_are_followed_nothing_per_token() -> No
     assert transformers_warning(codes) is None  # transformers 5.24: known
 
 
-def test_a_named_loop_is_a_call_and_nothing_known_without_known_entry_points() -> None:
+def test_a_named_loop_is_a_call_and_nothing_known_without_known_entry_points(hf) -> None:
     user = parse_stage_patterns([["decode", "*test_generation_codes.py:my_decode_loop"]])
     codes = find_generation_codes(user, (), known=False)
     assert codes == {my_decode_loop.__code__: "call"}
 
 
-def test_an_unknown_transformers_is_said_once_with_what_is_missing(monkeypatch) -> None:
+def test_an_unknown_transformers_is_said_once_with_what_is_missing(monkeypatch, hf) -> None:
     codes = find_generation_codes()
     # the module the agent reads (another test may have imported transformers afresh)
     tf = sys.modules["transformers"]

@@ -5,35 +5,44 @@ from __future__ import annotations
 
 import gc
 
-import torch
-from transformers import BertConfig, BertModel
+import pytest
 
 from infertop.agent.payload import stages
 from infertop.agent.payload.stages import find_known_codes, find_model_codes
 
-
-class Block(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.inner = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.inner(x)
+# torch and transformers are imported by the tests, not at collection: each test worker
+# collects every module, and these two take seconds to import
 
 
-class Model(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.blocks = torch.nn.ModuleList([Block(), Block()])
+@pytest.fixture(scope="module")
+def models():  # type: ignore[no-untyped-def]
+    """(torch, Block, Model): a model whose root forward sits under ``torch.no_grad``."""
+    import torch
 
-    @torch.no_grad()
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for b in self.blocks:
-            x = b(x)
-        return x
+    class Block(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.inner(x)
+
+    class Model(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.blocks = torch.nn.ModuleList([Block(), Block()])
+
+        @torch.no_grad()
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            for b in self.blocks:
+                x = b(x)
+            return x
+
+    return torch, Block, Model
 
 
-def test_only_the_roots_forward_is_timed_under_its_decorator(monkeypatch) -> None:
+def test_only_the_roots_forward_is_timed_under_its_decorator(monkeypatch, models) -> None:
+    torch, Block, Model = models
     monkeypatch.setattr(stages, "MAX_MODEL_CODES", 10_000)  # other tests' models may be alive
     model = Model()
     lonely = torch.nn.Linear(2, 2)  # a module with no sub-modules is no model
@@ -45,6 +54,8 @@ def test_only_the_roots_forward_is_timed_under_its_decorator(monkeypatch) -> Non
 
 
 def test_a_hugging_face_model_is_timed_as_forward(monkeypatch) -> None:
+    from transformers import BertConfig, BertModel
+
     monkeypatch.setattr(stages, "MAX_MODEL_CODES", 10_000)
     bert = BertModel(BertConfig(vocab_size=64, hidden_size=16, num_hidden_layers=2,
                                 num_attention_heads=2, intermediate_size=32))  # fmt: skip
