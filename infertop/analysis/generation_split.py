@@ -4,8 +4,9 @@ The stack rules (``config.GENERATION_RULES``) put a sample in ``prefill`` or ``d
 frame it is in. Where a generation call ends its prefill is not a frame, though: the first new
 token is chosen in the decode loop's first step (Hugging Face ``_sample`` processes the
 prompt's logits and samples from them before its second forward), and the stacks read that as
-decode. On the text-generation sample (``--hf``, batches of 2-8) the stacks gave prefill 28.8 %
-and 21.4 % of generation time where the service's own clock said 32.0 % and 26.8 %.
+decode. The stacks gave prefill 28.8 % of the generation time of the text-generation sample
+(``--hf``, batches of 2-8) and 21.4 % of a LitServe worker's, where the services' own clocks
+said 32.0 % and 26.8 % (docs/performance.md).
 
 Where the agent timed a thread's generation calls (``GenerationCall``: its start, first token
 and end, as the service's own clock has them), that thread's prefill and decode samples of each
