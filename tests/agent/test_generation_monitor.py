@@ -100,3 +100,12 @@ def test_a_plain_call_that_raises_needs_no_unwind_event(seen: dict) -> None:
     assert [s[0] for s in spans] == ["preprocess", "preprocess"], spans  # "b" (whole) and "c"
     t0, t1 = plain["outer"]
     assert t0 <= spans[0][1] and spans[0][2] <= t1  # the outer call, not its raising inner one
+
+
+def test_unwind_events_wait_for_the_first_filtered_call(seen: dict) -> None:
+    """A LitServe inference worker imports Starlette and serves nothing with it: with PY_UNWIND
+    on there, its queue's exceptions went through the monitor, and the worker died under load
+    (CPython 3.12.1). It comes on with the first call that needs it."""
+    u = seen["unwinding"]
+    assert u["before"] is False and u["after"] is True
+    assert u["spans"] == ["request", "request"], u  # the one that raised too

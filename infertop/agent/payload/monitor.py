@@ -105,6 +105,7 @@ class _Monitor:
         }
         self.open_frames = {}  # id(frame) -> (code, start ns, ident) of running coroutines
         self.open_by_thread = {}  # ident -> coroutine calls open on it
+        self.unwinding = False  # PY_UNWIND on (install, _start_keyed)
 
     @staticmethod
     def available():
@@ -127,11 +128,15 @@ class _Monitor:
         mon.register_callback(self.tool, ev.PY_UNWIND, self._on_unwind)
         for code in set(self.codes) | set(self.gen_codes):
             mon.set_local_events(self.tool, code, ev.PY_START | ev.PY_RETURN)
-        if self.coroutines or self.filters:
-            # PY_UNWIND cannot be local: it fires for every frame an exception leaves, anywhere
-            # (~660 a Hugging Face generate call: 3.6 % of a small model's), so only what
-            # needs it turns it on
-            mon.set_events(self.tool, ev.PY_UNWIND)
+        # PY_UNWIND cannot be local: it fires for every frame an exception leaves, anywhere
+        # (~660 a Hugging Face generate call: 3.6 % of a small model's), so only what needs it
+        # turns it on, and only once it runs (``_start_keyed``): a process that imports an ASGI
+        # framework but serves nothing with it (LitServe's inference worker) never has it. With
+        # it on in that worker (CPython 3.12.1), its multiprocessing queue's exceptions (an
+        # ``Empty`` every millisecond) went through the callback, and the worker died in 2 of
+        # 4 runs under load ("SystemError: deallocated BytesIO object has exported buffers");
+        # with it off, in none of 3.
+        self.unwinding = False
         self._adopt_running()
         return self.tool
 
@@ -235,6 +240,9 @@ class _Monitor:
             name = filt(frame)
             if not name:
                 return None
+        if not self.unwinding and self.tool is not None:
+            self.unwinding = True  # (its end may be an exception: _on_unwind)
+            sys.monitoring.set_events(self.tool, sys.monitoring.events.PY_UNWIND)
         if ident not in self.natives:
             self.natives[ident] = threading.get_native_id()
         if len(self.open_frames) < 10000:

@@ -100,6 +100,34 @@ def plain_calls_that_raise():
     return {"spans": spans, "outer": [t0, t1], "unwind_events": bool(unwind)}
 
 
+async def app(scope, receive, send):
+    """An ASGI app's entry point, timed with a filter (the agent's ``asgi_http``)."""
+    if scope.get("fail"):
+        raise RuntimeError("the handler failed")
+
+
+def unwinding_once_served():
+    """PY_UNWIND, which cannot be local, stays off while a filtered entry point is only loaded
+    (an inference worker that imports the ASGI framework and serves nothing); its first call
+    turns it on, and a request that raises is still timed."""
+    import asyncio
+
+    spans = []
+    mon = _Monitor({app.__code__: "request"}, lambda *a: spans.append(a[1]),
+                   filters={app.__code__: lambda frame: "GET /"})  # fmt: skip
+    mon.install()
+    events = sys.monitoring.events
+    before = bool(sys.monitoring.get_events(mon.tool) & events.PY_UNWIND)
+    asyncio.run(app({"type": "http"}, None, None))
+    try:
+        asyncio.run(app({"type": "http", "fail": True}, None, None))
+    except RuntimeError:
+        pass
+    after = bool(sys.monitoring.get_events(mon.tool) & events.PY_UNWIND)
+    mon.uninstall()
+    return {"before": before, "after": after, "spans": spans}
+
+
 def predict(batch):
     """A serving framework's handler: its batch is a list of requests."""
     return [len(x) for x in batch]
@@ -203,6 +231,7 @@ def main() -> None:
     out["after_error"] = finish(mon, gen, spans)
     out["kv_expected"] = LAYERS * 2 * 3 * (7 + 5 - 1) * EMBD * 4
     out["plain"] = plain_calls_that_raise()
+    out["unwinding"] = unwinding_once_served()
     out["batched"] = batched_forwards(tiny)
     print(json.dumps(out))
 
