@@ -94,8 +94,9 @@ class GenerationSplit:
 
 def _into(state: _Open, c: GenerationCall, t0: float, t1: float) -> bool:
     """Add the call's prefill and decode seconds inside [t0, t1) to the window's; False when it
-    has none there."""
-    first = c.t_first if c.t_first is not None else c.t_end
+    has none there. (``call`` keeps only calls with a first token.)"""
+    first = c.t_first
+    assert first is not None
     prefill = max(0.0, min(first, t1) - max(c.t_start, t0))
     decode = max(0.0, min(c.t_end, t1) - max(first, t0))
     if prefill + decode <= 0:

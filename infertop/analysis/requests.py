@@ -300,8 +300,8 @@ def _breakdown(reqs: Iterable[Request]) -> tuple[tuple[str, float, float], ...]:
         for st, ms in r.stages:
             if st != "request":
                 per.setdefault(st, []).append(ms)
-    known = BREAKDOWN_ORDER
-    names = sorted(per, key=lambda k: (known.index(k) if k in known else len(known), k))
+    order = BREAKDOWN_ORDER
+    names = sorted(per, key=lambda k: (order.index(k) if k in order else len(order), k))
     out = []
     for st in names:
         ms = sorted(per[st])
