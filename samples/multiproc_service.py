@@ -258,7 +258,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             c.recv()
         except (EOFError, OSError):
-            pass
+            continue
+        sys.stdout.write(f"worker {i + 1} (pid {procs[i].pid}) ready\n")
+        sys.stdout.flush()
     router = Router(conns, procs)
     threads = [threading.Thread(target=router.read_replies, args=(stop,), name="replies")]
     threads += [

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import select
 import subprocess
 import sys
@@ -108,6 +109,7 @@ def serving(cmd: list[str], timeout: float = 90) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     assert proc.stdout is not None
+    proc.banner = []  # type: ignore[attr-defined]  # the lines it wrote before serving
     deadline = time.time() + timeout
     while time.time() < deadline:
         ready, _, _ = select.select([proc.stdout], [], [], 0.5)
@@ -115,6 +117,7 @@ def serving(cmd: list[str], timeout: float = 90) -> subprocess.Popen[str]:
             line = proc.stdout.readline()
             if line.startswith("throughput:"):
                 return proc
+            proc.banner.append(line)  # type: ignore[attr-defined]
             if not line and proc.poll() is not None:
                 break
     proc.kill()
@@ -126,6 +129,13 @@ def workers_of(pid: int) -> list[int]:
     from infertop.collect.tree import descendants, read_cmdline
 
     return [p for p in descendants(pid) if "spawn_main" in read_cmdline(p)]
+
+
+def workers_in_order(sample: subprocess.Popen[str]) -> list[int]:
+    """The pids of a ``multiproc_service.py`` sample's workers, worker 1 first, as the sample
+    said when they were ready (not by pid: the pid counter may wrap between two workers)."""
+    found = (re.match(r"worker (\d+) \(pid (\d+)\) ready", line) for line in sample.banner)
+    return [int(m[2]) for m in sorted((m for m in found if m), key=lambda m: int(m[1]))]
 
 
 def until(predicate, timeout: float, what: str, interval: float = 0.1):
