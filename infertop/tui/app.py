@@ -17,7 +17,6 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.css.query import NoMatches
-from textual.widgets import Footer
 
 from infertop.analysis.base_profile import BaseProfile
 from infertop.analysis.snapshot import Snapshot
@@ -49,6 +48,7 @@ from infertop.tui.screens.tail import TailScreen
 from infertop.tui.widgets.flame import VIEW_TITLES, VIEWS, FlameList
 from infertop.tui.widgets.flame_panel import FlamePanel
 from infertop.tui.widgets.gpu import GpuPanel
+from infertop.tui.widgets.key_bar import KeyBar
 from infertop.tui.widgets.stages import StagePanel
 from infertop.tui.widgets.status import StatusLine
 from infertop.tui.widgets.timeline import Timeline
@@ -105,7 +105,7 @@ class InfertopApp(App[None]):
         if self.replay:
             yield Timeline(id="timeline")
         yield StatusLine(id="status")
-        yield Footer(compact=True)
+        yield KeyBar(id="keys")
 
     def on_mount(self) -> None:
         self.query_one("#stages", StagePanel).border_title = Text(self.title)
