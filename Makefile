@@ -45,14 +45,16 @@ demo: $(STAMP)
 WORKERS ?= 3
 test: $(STAMP) $(VENV312)/.installed $(VENVHTA)/.installed
 	@rc=0; \
-	$(PY) -m pytest -q -m "not solo" -n $(WORKERS) || rc=$$?; \
+	$(PY) -m pytest -q -m "not solo" -n $(WORKERS) --dist worksteal || rc=$$?; \
 	$(PY) -m pytest -q -m solo || rc=$$?; \
 	exit $$rc
 
-# the inner loop: no real processes end to end, three workers on the 2 cores (pytest-xdist; the
-# UI tests mostly wait on their event loops): 796 tests in ~98 s here (2026-12-04)
+# the inner loop: no real processes end to end, four workers on the 2 cores (pytest-xdist; the
+# UI tests partly wait on their event loops), each taking work from the others when it runs out
+# (worksteal: the snapshot tests, side by side in the file order, had made one worker the last
+# by 45 s): 798 tests in ~76 s here (2026-12-04)
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not slow" -n 3
+	$(PY) -m pytest -q -m "not slow" -n 4 --dist worksteal
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_overhead.py
