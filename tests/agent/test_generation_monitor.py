@@ -104,8 +104,17 @@ def test_a_plain_call_that_raises_needs_no_unwind_event(seen: dict) -> None:
 
 def test_unwind_events_wait_for_the_first_filtered_call(seen: dict) -> None:
     """A LitServe inference worker imports Starlette and serves nothing with it: with PY_UNWIND
-    on there, its queue's exceptions went through the monitor, and the worker died under load
-    (CPython 3.12.1). It comes on with the first call that needs it."""
+    on there, its queue's exceptions (an ``Empty`` every millisecond) would all go through the
+    monitor. It comes on with the first call that needs it."""
     u = seen["unwinding"]
     assert u["before"] is False and u["after"] is True
     assert u["spans"] == ["request", "request"], u  # the one that raised too
+
+
+def test_installing_reads_no_other_thread_s_stack(seen: dict) -> None:
+    """The monitor is installed while another thread runs timed calls: no walk of every
+    thread's frames (``sys._current_frames``) on the way, and that thread's calls are timed,
+    under its own native id."""
+    own = seen["own_stack"]
+    assert own["walks"] == 0
+    assert own["timed_on"] == [own["native"]]

@@ -106,6 +106,8 @@ class _Monitor:
         self.open_frames = {}  # id(frame) -> (code, start ns, ident) of running coroutines
         self.open_by_thread = {}  # ident -> coroutine calls open on it
         self.unwinding = False  # PY_UNWIND on (install, _start_keyed)
+        #: threads whose calls running at install were looked for (``_adopt``, on its first event)
+        self.adopted = set()
 
     @staticmethod
     def available():
@@ -131,45 +133,44 @@ class _Monitor:
         # PY_UNWIND cannot be local: it fires for every frame an exception leaves, anywhere
         # (~660 a Hugging Face generate call: 3.6 % of a small model's), so only what needs it
         # turns it on, and only once it runs (``_start_keyed``): a process that imports an ASGI
-        # framework but serves nothing with it (LitServe's inference worker) never has it. With
-        # it on in that worker (CPython 3.12.1), its multiprocessing queue's exceptions (an
-        # ``Empty`` every millisecond) went through the callback, and the worker died in 2 of
-        # 4 runs under load ("SystemError: deallocated BytesIO object has exported buffers");
-        # with it off, in none of 3.
+        # framework but serves nothing with it (LitServe's inference worker) never has it, nor
+        # the cost of its multiprocessing queue's exceptions (an ``Empty`` every millisecond).
+        # (A crash of that worker was first put down to it; the cause was the walk of every
+        # thread's stack at install: ``_adopt``.)
         self.unwinding = False
-        self._adopt_running()
         return self.tool
 
-    def _adopt_running(self):
-        """Calls already running when the monitor starts (a ``generate`` halfway through at
-        attach) are opened without a start: their ends time nothing, and the calls nested in
-        them stay part of them rather than counting as calls of their own."""
-        try:
-            frames = sys._current_frames()
-        except Exception:
-            return
-        for ident, frame in frames.items():
-            if ident in self.ignore:
-                continue
-            outermost, gen = {}, None
-            depth = 0
-            while frame is not None and depth < 2000:
-                code = frame.f_code
-                stage = self.codes.get(code)
-                if stage is not None and code not in self.coroutines and code not in self.filters:
-                    outermost[stage] = frame  # the last one found is the outermost
-                if self.gen_codes.get(code) == "call":
-                    gen = frame
-                frame, depth = frame.f_back, depth + 1
-            opened = self.open.setdefault(ident, {}) if outermost else None
-            if outermost:
-                native = getattr(getattr(threading, "_active", {}).get(ident), "native_id", None)
-                if native:
-                    self.natives[ident] = native
+    def _adopt(self, ident, frame):
+        """Calls of this thread already running when the monitor started (a ``generate``
+        halfway through at attach), found on the stack above ``frame`` (the thread's first
+        event's caller), opened without a start: their ends time nothing, and the calls nested
+        in them stay part of them rather than counting as calls of their own.
+
+        Each thread looks at its own stack, on its own first event: never the agent's thread at
+        every other thread's. On CPython 3.12.1 walking all the threads' frames from the agent's
+        thread at install (``sys._current_frames()``, then ``f_back`` to the root) corrupted a
+        LitServe inference worker's memory: "SystemError: deallocated BytesIO object has
+        exported buffers", then its worker died, within 1 to 4 attaches in each of 8 runs;
+        with the walk gone, none in 30 (docs/performance.md,
+        scripts/stress/stress_attach_litserve.py)."""
+        self.adopted.add(ident)
+        outermost, gen = {}, None
+        depth = 0
+        while frame is not None and depth < 2000:
+            code = frame.f_code
+            stage = self.codes.get(code)
+            if stage is not None and code not in self.coroutines and code not in self.filters:
+                outermost[stage] = frame  # the last one found is the outermost
+            if self.gen_codes.get(code) == "call":
+                gen = frame
+            frame, depth = frame.f_back, depth + 1
+        if outermost:
+            self.natives.setdefault(ident, threading.get_native_id())
+            opened = self.open.setdefault(ident, {})
             for st, f in outermost.items():
                 opened.setdefault(st, [None, id(f), f.f_code, None])
-            if gen is not None and self.gen is not None:
-                self.gen.adopt(ident, gen)
+        if gen is not None and self.gen is not None:
+            self.gen.adopt(ident, gen)
 
     def uninstall(self):
         if self.tool is None:
@@ -191,12 +192,16 @@ class _Monitor:
         self.open.clear()
         self.open_frames.clear()
         self.open_by_thread.clear()
+        self.adopted.clear()
 
     def _on_start(self, code, offset):
         try:
             ident = threading.get_ident()
             if ident in self.ignore:
                 return None
+            if ident not in self.adopted:
+                mine = frame_of(code)
+                self._adopt(ident, mine.f_back if mine is not None else None)
             now = None
             kind = self.gen_codes.get(code)
             if kind is not None:

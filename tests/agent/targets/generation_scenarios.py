@@ -128,6 +128,42 @@ def unwinding_once_served():
     return {"before": before, "after": after, "spans": spans}
 
 
+def batch_loop(stop):
+    """A worker's loop: a batch collected (a timed call), then handled, until ``stop``."""
+    while not stop.is_set():
+        predict(["a", "b"])
+        time.sleep(0.001)
+
+
+def install_reads_only_its_own_stack():
+    """Installing reads no other thread's frames (on CPython 3.12.1 that walk, at every attach,
+    corrupted a LitServe worker); a thread's calls running at install are found on its own
+    stack, at its next timed call."""
+    stop = threading.Event()
+    t = threading.Thread(target=batch_loop, args=(stop,))
+    t.start()
+    spans, walked = [], []
+    real = sys._current_frames
+
+    def counting():
+        walked.append(1)
+        return real()
+
+    sys._current_frames = counting
+    try:
+        mon = _Monitor({predict.__code__: "forward"}, lambda *a: spans.append(a[0]))
+        mon.install()
+    finally:
+        sys._current_frames = real
+    deadline = time.monotonic() + 30
+    while not spans and time.monotonic() < deadline:
+        time.sleep(0.005)
+    stop.set()
+    t.join(30)
+    mon.uninstall()
+    return {"walks": len(walked), "timed_on": sorted(set(spans)), "native": t.native_id}
+
+
 def predict(batch):
     """A serving framework's handler: its batch is a list of requests."""
     return [len(x) for x in batch]
@@ -214,7 +250,11 @@ def main() -> None:
     t.start()
     started.wait(30)
     mon, gen, spans = monitor()
-    # the running thread is known by its native id at once (the call sampler samples it)
+    # the running thread is known by its native id from its next event on (the next forward
+    # of the generation: the call sampler samples it from then on), found on its own stack
+    deadline = time.monotonic() + 30
+    while mon.natives.get(t.ident) != t.native_id and t.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.005)
     native_known = mon.natives.get(t.ident) == t.native_id
     t.join(60)
     done_before = list(gen.done)
@@ -232,6 +272,7 @@ def main() -> None:
     out["kv_expected"] = LAYERS * 2 * 3 * (7 + 5 - 1) * EMBD * 4
     out["plain"] = plain_calls_that_raise()
     out["unwinding"] = unwinding_once_served()
+    out["own_stack"] = install_reads_only_its_own_stack()
     out["batched"] = batched_forwards(tiny)
     print(json.dumps(out))
 
