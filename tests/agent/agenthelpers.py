@@ -184,7 +184,18 @@ def threads(pid: int) -> set[int]:
 
 
 def fds(pid: int) -> int:
-    return len(os.listdir("/proc/%d/fd" % pid))
+    """The process's open descriptors, less a test target's status file while it rewrites it
+    (every 0.1 s it opens ``status-*.json.tmp`` and replaces the file: a reading landing inside
+    that write, likelier on a loaded machine, would count one descriptor more)."""
+    n = 0
+    for fd in os.listdir("/proc/%d/fd" % pid):
+        try:
+            if os.readlink("/proc/%d/fd/%s" % (pid, fd)).endswith(".json.tmp"):
+                continue
+        except OSError:
+            continue  # closed while we read
+        n += 1
+    return n
 
 
 def sockets(pid: int) -> int:
@@ -204,6 +215,18 @@ def rss_kb(pid: int) -> int:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     return 0
+
+
+def settled(read, quiet_s: float = 1.0, timeout: float = 30.0):
+    """``read()`` once it has given the same value for ``quiet_s`` (a target still starting
+    threads or opening files has no base yet); the last value if it never settles in time."""
+    value, since, deadline = read(), time.monotonic(), time.monotonic() + timeout
+    while time.monotonic() - since < quiet_s and time.monotonic() < deadline:
+        time.sleep(0.05)
+        now = read()
+        if now != value:
+            value, since = now, time.monotonic()
+    return value
 
 
 def wait_until(predicate, timeout: float = 10.0, interval: float = 0.05) -> bool:

@@ -10,7 +10,7 @@ import os
 import time
 
 import pytest
-from agenthelpers import fds, rss_kb, sockets, threads, wait_until
+from agenthelpers import fds, rss_kb, settled, sockets, threads, wait_until
 
 from infertop.agent import protocol as P
 from infertop.collect.agent.attach import AgentAttach
@@ -41,10 +41,9 @@ def one_cycle(pid: int) -> int:
 
 def test_fifty_attach_detach_cycles_leave_both_sides_flat(targets):
     target = targets(args=("--workers", "1", "--warm-profiler", "--size", "128"))
-    time.sleep(0.5)
     me = os.getpid()
     base = {
-        "target threads": threads(target.pid), "target fds": fds(target.pid),
+        "target threads": settled(lambda: threads(target.pid)), "target fds": settled(lambda: fds(target.pid)),
         "target sockets": sockets(target.pid), "our threads": threads(me), "our fds": fds(me),
     }  # fmt: skip
     sock = P.socket_path(target.pid, os.geteuid())
