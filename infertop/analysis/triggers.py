@@ -14,6 +14,13 @@ a ``Firing`` (which trigger, and why in words) or None. Two kinds (docs/watch.md
 
 At most one firing per ``cooldown_s`` (``note`` counts a manual capture too).
 
+A firing says so when the machine, not the target, is the likelier cause: fed the kernel's
+accounting of the target's threads (``add_cpu``: nanoseconds on a CPU and waiting on a run
+queue), a firing whose window had the threads waiting for a CPU ``STARVED_SHARE`` of the time
+they were ready to run, and twice the share of the minute before, adds "waited for a CPU 48 %
+of their runnable time (5 % before)". It still fires: a neighbour taking the CPUs slows the
+requests as surely as a slow forward does, and the recording shows it.
+
 Spans reach infertop in batches (the agent sends them about twice a second), so the windows
 end at the newest span seen rather than at ``now``; when no span comes at all (every stage
 stalled) the end moves on with ``now - LAG_S`` and the rates fall to zero, as they should.
@@ -53,6 +60,9 @@ RATE_FACTOR = 0.5  # a call rate below RATE_FACTOR × the baseline's rate
 RATE_WINDOW_S = 5.0
 MIN_EXPECTED_CALLS = 30  # baseline rate × window: fewer and a halved rate is chance
 BASELINE_EVERY_S = 1.0  # the baseline's p95 is computed again at most this often
+#: a firing's window with the target's threads waiting for a CPU this share of their runnable
+#: time (and twice the baseline's share) says the machine was short of CPU
+STARVED_SHARE = 0.25
 BIG_BASELINE = 100_000  # calls: past this many, only every 5 s (sorting them costs ~10 ms)
 MAX_SPANS_PER_STAGE = 500_000  # a defensive bound on what one stage keeps
 
@@ -145,6 +155,7 @@ class Firing:
     trigger: str
     reason: str
     stage: str | None = None
+    window_s: float = 0.0  # the seconds of calls it judged (to the newest span)
 
 
 @dataclass
@@ -206,6 +217,8 @@ class Triggers:
         self.newest = -math.inf  # the newest span end seen
         self.last_fired = -math.inf
         self._trimmed = -math.inf
+        # the target's threads, by interval: (end, ns on CPU, ns waiting for one), oldest first
+        self.cpu: list[tuple[float, int, int]] = []
 
     # -- feeding ----------------------------------------------------------------------------
     def add(self, spans: Iterable[object]) -> None:
@@ -219,6 +232,32 @@ class Triggers:
             st.add(sp.t_end, (sp.t_end - sp.t_start) * 1000.0)
             if sp.t_end > self.newest:
                 self.newest = sp.t_end
+
+    def add_cpu(self, t: float, run_ns: int, wait_ns: int) -> None:
+        """The target's threads ran ``run_ns`` and waited on a run queue ``wait_ns`` in the
+        interval that ended at ``t`` (unix s)."""
+        if run_ns >= 0 and wait_ns >= 0:
+            self.cpu.append((t, run_ns, wait_ns))
+
+    def waited(self, t0: float, t1: float) -> float | None:
+        """The share of their runnable time the target's threads spent waiting for a CPU over
+        the intervals that ended in (t0, t1]; None without readings there."""
+        ends = [c[0] for c in self.cpu]
+        lo, hi = bisect.bisect_right(ends, t0), bisect.bisect_right(ends, t1)
+        run = sum(c[1] for c in self.cpu[lo:hi])
+        wait = sum(c[2] for c in self.cpu[lo:hi])
+        return wait / (run + wait) if run + wait > 0 else None
+
+    def _starved(self, firing: Firing, end: float) -> Firing:
+        """``firing`` with the machine's share in it when its window was starved of CPU."""
+        t0 = end - firing.window_s
+        now, before = self.waited(t0, end), self.waited(t0 - BASELINE_S, t0)
+        if now is None or now < STARVED_SHARE or (before is not None and now < 2 * before):
+            return firing
+        was = f" ({before:.0%} before)" if before is not None else ""
+        reason = (f"{firing.reason}; its threads waited for a CPU {now:.0%} of their runnable "
+                  f"time{was}: the machine is short of CPU")  # fmt: skip
+        return Firing(firing.t, firing.trigger, reason, firing.stage, firing.window_s)
 
     def note(self, t: float) -> None:
         """An incident was written at ``t`` (a manual one too): the cooldown starts again."""
@@ -245,11 +284,14 @@ class Triggers:
             keep = end - self.window_s - BASELINE_S - 1.0
             for st in self.stages.values():
                 st.trim(keep)
+            n = bisect.bisect_left([c[0] for c in self.cpu], keep - RATE_WINDOW_S)
+            del self.cpu[:n]
         if self.cooling(now):
             return None
         firing = self._rules(now, end) or (self._auto(now, end) if self.auto else None)
         if firing is not None:
             self.last_fired = now
+            firing = self._starved(firing, end)
         return firing
 
     def _rules(self, now: float, end: float) -> Firing | None:
@@ -264,7 +306,7 @@ class Triggers:
             if value is not None and rule.broken(value):
                 seen, limit = rule.show(value), rule.show(rule.threshold)
                 reason = f"{rule.stage}.{rule.metric} {seen} {rule.op} {limit}"
-                return Firing(now, rule.text, reason, rule.stage)
+                return Firing(now, rule.text, reason, rule.stage, w)
         return None
 
     def _auto(self, now: float, end: float) -> Firing | None:
@@ -300,7 +342,7 @@ class Triggers:
                         f"{name}.p95 {ms_text(p95)} > {AUTO_FACTOR:g}× {base_s:.0f} s p95 "
                         f"({ms_text(base)})"
                     )
-                    return Firing(now, "auto", reason, name)
+                    return Firing(now, "auto", reason, name, w)
             # rate: calls that stopped coming, over a longer window than the latency's
             rw = max(w, RATE_WINDOW_S)
             base_rate = n_base / base_s
@@ -310,5 +352,5 @@ class Triggers:
                     f"{name}.rate {rate_text(rate)} < ½ of its {base_s:.0f} s rate "
                     f"({rate_text(base_rate)})"
                 )
-                return Firing(now, "auto", reason, name)
+                return Firing(now, "auto", reason, name, rw)
         return None

@@ -35,6 +35,38 @@ def thread_cpu_ns(pids: Iterable[int]) -> dict[int, int]:
     return out
 
 
+class RunQueue:
+    """The threads of some processes: how long they ran and how long they waited for a CPU
+    between one ``read`` and the next (the kernel's schedstat; nothing asked of the target)."""
+
+    def __init__(self) -> None:
+        self.last: dict[int, tuple[int, int]] = {}  # tid -> (ns on CPU, ns waiting), cumulative
+
+    def read(self, pids: Iterable[int]) -> tuple[int, int]:
+        """(ns on CPU, ns waiting on a run queue) since the last read, summed over the threads
+        seen both times (a thread born or gone in between counts from its next read)."""
+        now: dict[int, tuple[int, int]] = {}
+        for pid in pids:
+            try:
+                tids = procfs.threads(pid)
+            except OSError:
+                continue
+            for tid in tids:
+                try:
+                    on, wait, _ = procfs.schedstat(pid, tid)
+                except (OSError, ValueError):
+                    continue
+                now[tid] = (on, wait)
+        run = waited = 0
+        for tid, (on, wait) in now.items():
+            was = self.last.get(tid)
+            if was is not None and on >= was[0] and wait >= was[1]:
+                run += on - was[0]
+                waited += wait - was[1]
+        self.last = now
+        return run, waited
+
+
 def clamp_to_cpu(
     rows: list[tuple[int, str, tuple, int]],
     before: dict[int, int],

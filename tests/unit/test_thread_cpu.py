@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 import time
 
-from infertop.collect.thread_cpu import clamp_to_cpu, thread_cpu_ns
+from infertop.collect.thread_cpu import RunQueue, clamp_to_cpu, thread_cpu_ns
 from infertop.model.events import Frame
 
 SLEEPER = (Frame("helper", "/srv/metrics.py", 5),)
@@ -65,3 +67,26 @@ def test_a_clamped_thread_keeps_its_stacks_in_proportion() -> None:
     # thread 7 ran 0.1 s of a window at 100 Hz: 15 samples allowed (slack 1.5), thread 8 is free
     kept = clamp_to_cpu(rows, {7: 0, 8: 0}, {7: 100_000_000, 8: 10**9}, 100.0)
     assert [(tid, n) for tid, _name, _stack, n in kept] == [(7, 12), (7, 3), (8, 5)]
+
+
+def test_run_queue_sees_a_process_wait_for_its_cpu_beside_a_hog() -> None:
+    """Two busy processes held to one CPU: each runs about half the time it wants and waits on
+    the run queue the rest, and the kernel's accounting read from outside says so."""
+    busy = [sys.executable, "-c", "while True: pass"]
+    procs = [subprocess.Popen(busy, preexec_fn=lambda: os.sched_setaffinity(0, {0})) for _ in range(2)]
+    try:
+        rq = RunQueue()
+        assert rq.read([procs[0].pid]) == (0, 0)  # nothing to compare with yet
+        run = wait = 0
+        deadline = time.monotonic() + 30
+        while run < 1e9 and time.monotonic() < deadline:
+            time.sleep(0.05)
+            r, w = rq.read([procs[0].pid])
+            run, wait = run + r, wait + w
+        assert run >= 1e9, "the process never ran a second"
+        # half on a quiet machine; anything else on CPU 0 only adds to the wait
+        assert 0.3 < wait / (run + wait) < 0.9, (run, wait)
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()

@@ -118,6 +118,28 @@ def test_a_halved_rate_fires() -> None:
     assert T0 + 40 < fired[0].t < T0 + 46
 
 
+@pytest.mark.parametrize("starved", [False, True])
+def test_a_firing_says_when_the_machine_was_short_of_cpu(starved: bool) -> None:
+    """The same halved rate, the target's threads fed as the watch reads them (a second at a
+    time): waiting for a CPU 60 % of their runnable time from T0 + 40 (5 % before), the reason
+    says so; waiting 5 % throughout, it says nothing of the CPU."""
+    rng = random.Random(5)
+    spans = calls("forward", T0, T0 + 40, 0.01, 5.0, rng)
+    spans += calls("forward", T0 + 40, T0 + 60, 0.04, 5.0, rng)
+    trig = Triggers()
+    for t in range(1, 61):
+        share = 0.6 if starved and t > 40 else 0.05
+        trig.add_cpu(T0 + t, int(1e9 * (1 - share)), int(1e9 * share))
+    fired = run(trig, spans, T0, T0 + 60)
+    assert len(fired) == 1 and fired[0].reason.startswith("forward.rate "), fired
+    if starved:  # over the firing's 5 s: the starved seconds with the ones before them
+        said = re.search(r"; its threads waited for a CPU (\d+)% of their runnable time \(5% "
+                         r"before\): the machine is short of CPU$", fired[0].reason)  # fmt: skip
+        assert said and 25 <= int(said.group(1)) <= 60, fired[0].reason
+    else:
+        assert "CPU" not in fired[0].reason
+
+
 def test_a_two_second_stall_in_a_steady_load_fires_nothing() -> None:
     """A target starved of CPU for 2 s (its machine busy with other work): no calls end in
     that time, and then the backlog is not caught up. Not an incident of the target's own."""
