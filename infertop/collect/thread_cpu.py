@@ -11,9 +11,11 @@ Reading it costs the target nothing.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 from infertop import procfs
+from infertop.model.events import ProcessDef
 
 SLACK = 1.5  # a share of samples is Poisson: allow half as much again as the CPU time says
 SPARE = 0.5  # and half a sample more: a thread that ran 10 ms keeps up to 2 samples at 100 Hz
@@ -37,10 +39,26 @@ def thread_cpu_ns(pids: Iterable[int]) -> dict[int, int]:
 
 class RunQueue:
     """The threads of some processes: how long they ran and how long they waited for a CPU
-    between one ``read`` and the next (the kernel's schedstat; nothing asked of the target)."""
+    between one ``read`` and the next (the kernel's schedstat; nothing asked of the target).
+    ``follow`` adds the processes a session's batches define (``--children``, ``--match``);
+    ``due`` reads them at most every ``every_s`` (what the triggers hear of, in watch and the
+    live UI)."""
 
-    def __init__(self) -> None:
+    def __init__(self, pids: Iterable[int | None] = (), every_s: float = 1.0) -> None:
         self.last: dict[int, tuple[int, int]] = {}  # tid -> (ns on CPU, ns waiting), cumulative
+        self.pids = {p for p in pids if p is not None}
+        self.every_s = every_s
+        self._read_at = -math.inf
+
+    def follow(self, batch: Iterable[object]) -> None:
+        self.pids.update(e.pid for e in batch if isinstance(e, ProcessDef))
+
+    def due(self, now: float) -> tuple[int, int] | None:
+        """``read`` of the followed processes when ``every_s`` has passed since the last."""
+        if now - self._read_at < self.every_s:
+            return None
+        self._read_at = now
+        return self.read(self.pids)
 
     def read(self, pids: Iterable[int]) -> tuple[int, int]:
         """(ns on CPU, ns waiting on a run queue) since the last read, summed over the threads

@@ -22,7 +22,7 @@ from infertop.collect.base import Collector
 from infertop.collect.thread_cpu import RunQueue
 from infertop.config import Config
 from infertop.errors import EXIT_OK, InfertopError
-from infertop.model.events import CollectorStatus, Event, ProcessDef, TargetInfo
+from infertop.model.events import CollectorStatus, Event, TargetInfo
 from infertop.push.live import LivePush, PushOptions
 from infertop.record.incident import EventRing, Incident, incident_marker, incident_path, utc
 from infertop.sources import LiveSource
@@ -31,7 +31,6 @@ TICK_S = 0.25
 RING_SLACK_S = 5.0  # kept beyond --before: the collectors' windows end up to a second late
 FAST_NVML_S = 0.1  # NVML's interval during an incident's --after seconds
 STATUS_EVERY_S = 30.0  # without a terminal: one status line this often (and on each change)
-CPU_EVERY_S = 1.0  # the target's threads' run-queue wait, read this often for the triggers
 
 
 @dataclass(frozen=True)
@@ -90,17 +89,13 @@ class Watch:
         self.said_agent_gone = False
         self._tty = self.err.isatty() and not opts.as_json
         self._last_line_t = -1e9
-        # the processes whose threads' CPU wait the triggers hear of: the target, and those
-        # --children or --match follow
-        self.pids: set[int] = {target.pid} if target.pid is not None else set()
-        self.run_queue = RunQueue()
-        self._cpu_t = -1e9
+        self.run_queue = RunQueue([target.pid])  # the triggers hear of its threads' CPU wait
 
     # -- events -----------------------------------------------------------------------------
     def _batch(self, batch: list[Event]) -> None:
         self.ring.add(batch, time.time())
         self.triggers.add(batch)
-        self.pids.update(e.pid for e in batch if isinstance(e, ProcessDef))
+        self.run_queue.follow(batch)
         if self.incident is not None:
             self.incident.write(batch)
 
@@ -259,9 +254,9 @@ class Watch:
             while True:
                 self.src.pump()
                 now = time.time()
-                if now - self._cpu_t >= CPU_EVERY_S:
-                    self._cpu_t = now
-                    self.triggers.add_cpu(now, *self.run_queue.read(self.pids))
+                cpu = self.run_queue.due(now)
+                if cpu is not None:
+                    self.triggers.add_cpu(now, *cpu)
                 elapsed = time.monotonic() - started
                 if self.incident is not None and (self.incident.due(now) or self.incident.failed):
                     self._finish()
