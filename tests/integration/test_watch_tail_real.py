@@ -95,6 +95,8 @@ STARVED = re.compile(r"its threads waited for a CPU (\d+)% of their runnable tim
                      r"is short of CPU")  # fmt: skip
 
 
+# solo: its three hogs take a CPU for 8 s, which would slow whatever ran beside it
+@pytest.mark.solo
 @pytest.mark.skipif(not PY312.exists(), reason=f"needs Python 3.12 for sys.monitoring ({PY312})")
 def test_a_target_starved_of_cpu_gets_an_incident_that_says_so(tmp_path: Path) -> None:
     cpu = max(os.sched_getaffinity(0))
