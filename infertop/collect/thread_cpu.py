@@ -21,9 +21,9 @@ SLACK = 1.5  # a share of samples is Poisson: allow half as much again as the CP
 SPARE = 0.5  # and half a sample more: a thread that ran 10 ms keeps up to 2 samples at 100 Hz
 
 
-def thread_cpu_ns(pids: Iterable[int]) -> dict[int, int]:
-    """Nanoseconds on CPU of every thread of ``pids`` (thread id -> ns); gone ones left out."""
-    out: dict[int, int] = {}
+def _schedstats(pids: Iterable[int]) -> dict[int, tuple[int, int]]:
+    """(ns on CPU, ns waiting on a run queue) of every thread of ``pids``; gone ones left out."""
+    out: dict[int, tuple[int, int]] = {}
     for pid in pids:
         try:
             tids = procfs.threads(pid)
@@ -31,10 +31,16 @@ def thread_cpu_ns(pids: Iterable[int]) -> dict[int, int]:
             continue
         for tid in tids:
             try:
-                out[tid] = procfs.schedstat(pid, tid)[0]
+                on, wait, _ = procfs.schedstat(pid, tid)
             except (OSError, ValueError):
                 continue
+            out[tid] = (on, wait)
     return out
+
+
+def thread_cpu_ns(pids: Iterable[int]) -> dict[int, int]:
+    """Nanoseconds on CPU of every thread of ``pids`` (thread id -> ns); gone ones left out."""
+    return {tid: on for tid, (on, _) in _schedstats(pids).items()}
 
 
 class RunQueue:
@@ -63,18 +69,7 @@ class RunQueue:
     def read(self, pids: Iterable[int]) -> tuple[int, int]:
         """(ns on CPU, ns waiting on a run queue) since the last read, summed over the threads
         seen both times (a thread born or gone in between counts from its next read)."""
-        now: dict[int, tuple[int, int]] = {}
-        for pid in pids:
-            try:
-                tids = procfs.threads(pid)
-            except OSError:
-                continue
-            for tid in tids:
-                try:
-                    on, wait, _ = procfs.schedstat(pid, tid)
-                except (OSError, ValueError):
-                    continue
-                now[tid] = (on, wait)
+        now = _schedstats(pids)
         run = waited = 0
         for tid, (on, wait) in now.items():
             was = self.last.get(tid)
