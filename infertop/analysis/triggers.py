@@ -32,7 +32,7 @@ import bisect
 import math
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from infertop.analysis.shares import percentile
 from infertop.model.events import StageSpan
@@ -257,7 +257,7 @@ class Triggers:
         was = f" ({before:.0%} before)" if before is not None else ""
         reason = (f"{firing.reason}; its threads waited for a CPU {now:.0%} of their runnable "
                   f"time{was}: the machine is short of CPU")  # fmt: skip
-        return Firing(firing.t, firing.trigger, reason, firing.stage, firing.window_s)
+        return replace(firing, reason=reason)
 
     def note(self, t: float) -> None:
         """An incident was written at ``t`` (a manual one too): the cooldown starts again."""

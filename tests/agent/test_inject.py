@@ -127,8 +127,8 @@ def test_inject_profile_detach_leaves_nothing(targets):
 def test_twenty_cycles_leave_no_growth(targets):
     """A target that already used torch.profiler: every cycle ends with exactly its threads."""
     target = targets(args=("--workers", "1", "--warm-profiler", "--size", "256"))
-    base_threads = settled(lambda: threads(target.pid))
-    base_fds, base_sockets = settled(lambda: fds(target.pid)), settled(lambda: sockets(target.pid))
+    base_threads, base_fds, base_sockets = settled(
+        lambda: (threads(target.pid), fds(target.pid), sockets(target.pid)))
     rss = []
     for cycle in range(20):
         result = inject(target.pid, timeout=10)

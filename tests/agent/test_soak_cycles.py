@@ -42,8 +42,9 @@ def one_cycle(pid: int) -> int:
 def test_fifty_attach_detach_cycles_leave_both_sides_flat(targets):
     target = targets(args=("--workers", "1", "--warm-profiler", "--size", "128"))
     me = os.getpid()
+    settled_threads, settled_fds = settled(lambda: (threads(target.pid), fds(target.pid)))
     base = {
-        "target threads": settled(lambda: threads(target.pid)), "target fds": settled(lambda: fds(target.pid)),
+        "target threads": settled_threads, "target fds": settled_fds,
         "target sockets": sockets(target.pid), "our threads": threads(me), "our fds": fds(me),
     }  # fmt: skip
     sock = P.socket_path(target.pid, os.geteuid())
