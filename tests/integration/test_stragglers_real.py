@@ -54,8 +54,8 @@ def test_a_slow_replica_is_a_straggler(tmp_path) -> None:
     assert [f["pid"] for f in found] == [workers[1]], found
     ev = found[0]["evidence"]
     assert ev["metric"].startswith("forward call time")
-    # a 60 % slowdown shows in (nearly) every interval; beside other tests on 2 cores the fast
-    # replica can lose its CPU for one of them (3 of 4, a fresh-clone run, 2026-12-04)
+    # a 60 % slowdown shows in (nearly) every interval; beside other tests on 2 cores one of them
+    # can come out under the 10 % line (3 of 4 in a fresh-clone run, 2026-12-04)
     compared, slower = ev["intervals_compared"], ev["intervals_slower"]
     assert compared >= 2 and slower >= max(2, 0.75 * compared), ev
     calls = ev["median_call_ms"]
