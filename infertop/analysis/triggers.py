@@ -16,9 +16,11 @@ At most one firing per ``cooldown_s`` (``note`` counts a manual capture too).
 
 A firing says so when the machine, not the target, is the likelier cause: fed the kernel's
 accounting of the target's threads (``add_cpu``: nanoseconds on a CPU and waiting on a run
-queue), a firing whose window had the threads waiting for a CPU ``STARVED_SHARE`` of the time
+queue), a firing whose calls had the threads waiting for a CPU ``STARVED_SHARE`` of the time
 they were ready to run, and twice the share of the minute before, adds "waited for a CPU 48 %
-of their runnable time (5 % before)". It still fires: a neighbour taking the CPUs slows the
+of their runnable time (5 % before)". A latency firing judges the CPU from the start of its
+first slow call (a spell that began halfway through the window is not diluted by the quiet
+half before it); a rate firing over its whole window. It still fires: a neighbour taking the CPUs slows the
 requests as surely as a slow forward does, and the recording shows it.
 
 Spans reach infertop in batches (the agent sends them about twice a second), so the windows
@@ -156,6 +158,7 @@ class Firing:
     reason: str
     stage: str | None = None
     window_s: float = 0.0  # the seconds of calls it judged (to the newest span)
+    slow_from: float | None = None  # unix s: the first slow call's start (a latency firing)
 
 
 @dataclass
@@ -185,12 +188,17 @@ class _Stage:
             del self.ends[:n]
             del self.ms[:n]
 
-    def slow_span(self, t0: float, t1: float, limit: float) -> float:
-        """Seconds between the first and the last end of the calls over ``limit`` ms that
-        ended in (t0, t1]."""
+    def slow(self, t0: float, t1: float, limit: float) -> list[int]:
+        """The indices of the calls over ``limit`` ms that ended in (t0, t1], oldest first."""
         lo, hi = bisect.bisect_right(self.ends, t0), bisect.bisect_right(self.ends, t1)
-        slow = [self.ends[k] for k in range(lo, hi) if self.ms[k] > limit]
-        return slow[-1] - slow[0] if slow else 0.0
+        return [k for k in range(lo, hi) if self.ms[k] > limit]
+
+    def slow_span(self, slow: list[int]) -> float:
+        """Seconds between the first and the last end of the calls ``slow`` (indices)."""
+        return self.ends[slow[-1]] - self.ends[slow[0]] if slow else 0.0
+
+    def start(self, k: int) -> float:
+        return self.ends[k] - self.ms[k] / 1000.0
 
     def durations(self, t0: float, t1: float) -> list[float]:
         """Sorted durations of the calls that ended in (t0, t1]."""
@@ -251,6 +259,8 @@ class Triggers:
     def _starved(self, firing: Firing, end: float) -> Firing:
         """``firing`` with the machine's share in it when its window was starved of CPU."""
         t0 = end - firing.window_s
+        if firing.slow_from is not None:
+            t0 = max(t0, firing.slow_from)
         now, before = self.waited(t0, end), self.waited(t0 - BASELINE_S, t0)
         if now is None or now < STARVED_SHARE or (before is not None and now < 2 * before):
             return firing
@@ -306,7 +316,9 @@ class Triggers:
             if value is not None and rule.broken(value):
                 seen, limit = rule.show(value), rule.show(rule.threshold)
                 reason = f"{rule.stage}.{rule.metric} {seen} {rule.op} {limit}"
-                return Firing(now, rule.text, reason, rule.stage, w)
+                slow = st.slow(end - w, end, rule.threshold) if rule.op == ">" else []
+                since = min(map(st.start, slow)) if slow and rule.metric != "rate" else None
+                return Firing(now, rule.text, reason, rule.stage, w, since)
         return None
 
     def _auto(self, now: float, end: float) -> Firing | None:
@@ -331,18 +343,17 @@ class Triggers:
                 base = st.base_p95
                 p95 = percentile(current, 95)
                 limit = AUTO_FACTOR * base
-                slow = len(current) - bisect.bisect_right(current, limit)
+                slow = st.slow(split, end, limit) if p95 > limit else []
                 if (
-                    p95 > limit
-                    and p95 - base >= MIN_DELTA_MS
-                    and slow >= MIN_SLOW_CALLS
-                    and st.slow_span(split, end, limit) >= MIN_SPELL_S
+                    p95 - base >= MIN_DELTA_MS
+                    and len(slow) >= MIN_SLOW_CALLS
+                    and st.slow_span(slow) >= MIN_SPELL_S
                 ):
                     reason = (
                         f"{name}.p95 {ms_text(p95)} > {AUTO_FACTOR:g}× {base_s:.0f} s p95 "
                         f"({ms_text(base)})"
                     )
-                    return Firing(now, "auto", reason, name, w)
+                    return Firing(now, "auto", reason, name, w, min(map(st.start, slow)))
             # rate: calls that stopped coming, over a longer window than the latency's
             rw = max(w, RATE_WINDOW_S)
             base_rate = n_base / base_s

@@ -140,6 +140,25 @@ def test_a_firing_says_when_the_machine_was_short_of_cpu(starved: bool) -> None:
         assert "CPU" not in fired[0].reason
 
 
+def test_a_latency_firing_judges_the_cpu_from_its_first_slow_call() -> None:
+    """Calls three times slower from T0 + 40, the threads waiting for a CPU 60 % from then (5 %
+    before): the firing comes a second or so in, its 2 s window half quiet, and the share it
+    gives is that of the slow calls' time, not one diluted by the quiet half."""
+    rng = random.Random(9)
+    spans = calls("forward", T0, T0 + 40, 0.01, 5.0, rng)
+    spans += calls("forward", T0 + 40, T0 + 60, 0.02, 15.0, rng)
+    trig = Triggers()
+    for t in range(1, 61):
+        share = 0.6 if t > 40 else 0.05
+        trig.add_cpu(T0 + t, int(1e9 * (1 - share)), int(1e9 * share))
+    fired = run(trig, spans, T0, T0 + 60)
+    assert len(fired) == 1 and fired[0].reason.startswith("forward.p95 "), fired
+    assert fired[0].slow_from is not None and T0 + 40 <= fired[0].slow_from < T0 + 40.1
+    said = re.search(r"waited for a CPU (\d+)% of their runnable time \(5% before\)",
+                     fired[0].reason)  # fmt: skip
+    assert said and int(said.group(1)) == 60, fired[0].reason
+
+
 def test_a_two_second_stall_in_a_steady_load_fires_nothing() -> None:
     """A target starved of CPU for 2 s (its machine busy with other work): no calls end in
     that time, and then the backlog is not caught up. Not an incident of the target's own."""

@@ -6,7 +6,7 @@ runs a full collection over a heap of cycles (a pause of some milliseconds). A s
 an asyncio event loop whose one callback blocks it for ``--block-ms`` once a second. With
 ``--forward-ms``, each iteration also calls ``forward`` (a sleep of that long), which takes
 ``--spell-factor`` times longer for ``--spell-s`` seconds starting ``--spell-at`` seconds after
-the start (a spell of slow forwards). ``--gil-hog`` adds a thread that keeps the GIL in C. Writes ``--status`` every 0.1 s as JSON: iterations, the
+the start (a spell of slow forwards); with ``--forward-busy`` it spins on the CPU instead. ``--gil-hog`` adds a thread that keeps the GIL in C. Writes ``--status`` every 0.1 s as JSON: iterations, the
 full collections it ran and their own measured time, whether any ``gc.callbacks`` are
 installed, the spell's unix times and the thread ids, so tests can check what the agent saw and
 that detach left nothing behind.
@@ -40,8 +40,13 @@ def encode_batch(items, n, rare_every):
     return common_path(items)
 
 
-def forward(ms):
-    time.sleep(ms / 1000.0)
+def forward(ms, busy=False):
+    if not busy:
+        time.sleep(ms / 1000.0)
+        return
+    until = time.perf_counter() + ms / 1000.0
+    while time.perf_counter() < until:  # on the CPU, as a real forward is: a neighbour slows it
+        pass
 
 
 class Node:
@@ -84,6 +89,7 @@ def main() -> int:
     ap.add_argument("--spell-at", type=float, default=0.0, help="seconds after start; 0: none")
     ap.add_argument("--spell-s", type=float, default=4.0)
     ap.add_argument("--spell-factor", type=float, default=3.0)
+    ap.add_argument("--forward-busy", action="store_true", help="forward spins on a CPU")
     ap.add_argument("--gil-hog", action="store_true", help="a thread that keeps the GIL in C")
     args = ap.parse_args()
     started = time.time()
@@ -104,7 +110,7 @@ def main() -> int:
         if args.forward_ms:
             now_wall = time.time()
             slow = spell is not None and spell[0] <= now_wall < spell[1]
-            forward(args.forward_ms * (args.spell_factor if slow else 1.0))
+            forward(args.forward_ms * (args.spell_factor if slow else 1.0), args.forward_busy)
         n += 1
         time.sleep(0.01)
         now = time.monotonic()
