@@ -17,35 +17,36 @@ from .helpers import infertop, report_json, serving, stop_target, workers_in_ord
 pytestmark = pytest.mark.slow
 
 
-def _cpu_wait_s(pid: int) -> float:
-    """Seconds ``pid``'s threads have spent runnable but waiting for a CPU (the kernel's
-    schedstat: its second field, in ns), summed over its threads."""
-    total = 0
+def _cpu_s(pid: int) -> tuple[float, float]:
+    """Seconds ``pid``'s threads have run on a CPU and spent runnable but waiting for one (the
+    kernel's schedstat: its first two fields, in ns), summed over its threads."""
+    run = wait = 0
     for task in os.listdir(f"/proc/{pid}/task"):
         try:
             with open(f"/proc/{pid}/task/{task}/schedstat") as fh:
-                total += int(fh.read().split()[1])
+                fields = fh.read().split()
+            run, wait = run + int(fields[0]), wait + int(fields[1])
         except (OSError, IndexError, ValueError):
             pass
-    return total / 1e9
+    return run / 1e9, wait / 1e9
 
 
-def _record(tmp_path, *sample_args: str) -> tuple[list[int], dict, list[float]]:  # noqa: ANN001
-    """The workers (by pid), the report, and each worker's seconds spent waiting for a CPU
+def _record(tmp_path, *sample_args: str) -> tuple[list[int], dict, list[tuple[float, float]]]:  # noqa: ANN001
+    """The workers (by pid), the report, and each worker's seconds on a CPU and waiting for one
     while it was recorded."""
     sample = serving(["samples/multiproc_service.py", "--workers", "2", "--annotate", *sample_args])
     out = str(tmp_path / "replicas.infertop")
     try:
         workers = workers_in_order(sample)  # worker 1, worker 2
         assert sorted(workers) == sorted(workers_of(sample.pid)) and len(workers) == 2
-        before = [_cpu_wait_s(w) for w in workers]
+        before = [_cpu_s(w) for w in workers]
         p = infertop("record", str(sample.pid), "--children", "-o", out, "--duration", "16")
-        waits = [_cpu_wait_s(w) - b for w, b in zip(workers, before)]
+        cpu = [tuple(a - b for a, b in zip(_cpu_s(w), was)) for w, was in zip(workers, before)]
         assert p.returncode == 0, p.stderr
     finally:
         _, err = stop_target(sample)
     assert err == ""
-    return workers, report_json(out), waits
+    return workers, report_json(out), cpu
 
 
 def test_a_slow_replica_is_a_straggler(tmp_path) -> None:
@@ -71,17 +72,25 @@ def test_a_slow_replica_is_a_straggler(tmp_path) -> None:
 # solo: beside other tests on 2 cores one replica gets less CPU than the other, and its forward
 # calls are slower for real (18 % in more than half of the intervals, on a loaded run): a
 # straggler of the machine's making, which the rule rightly reports. Beside two CPU hogs even
-# alone (54 %): then the kernel's accounting says which replica the machine starved
+# alone (54 %): then the kernel's accounting says which replica the machine starved. And with
+# their waits equal (3.1 s and 3.2 s of 16, a fresh-clone run beside other work, 2026-12-04)
+# one came out 18 % slower a call: the same code, the same requests (the router deals them out
+# in turn), on a CPU that did less in its time (a busy sibling thread, a host that took the
+# virtual CPU away) -- which shows as more CPU time for the same work
 @pytest.mark.solo
 def test_equal_replicas_raise_no_straggler(tmp_path) -> None:
-    workers, rep, waits = _record(tmp_path)
+    workers, rep, cpu = _record(tmp_path)
     found = [f for f in rep["findings"] if f["rule"] == "straggler"]
-    starved = max(range(2), key=lambda i: waits[i])
-    if waits[starved] - waits[1 - starved] > 0.1 * 16:  # waited ≥ 10 % of the time longer
-        # equal code, unequal CPU: a straggler, if any, is the starved one
-        assert [f["pid"] for f in found] in ([], [workers[starved]]), (found, waits)
-    else:
-        assert found == [], (found, waits)
+    # equal code on unequal CPUs: waited >= 10 % of the 16 s longer, or ran >= 10 % longer for
+    # the same requests; a straggler, if any, is the one the machine handicapped
+    handicapped = {i for i, (mine, other) in enumerate([(cpu[0], cpu[1]), (cpu[1], cpu[0])])
+                   if mine[1] - other[1] > 0.1 * 16 or mine[0] > 1.1 * other[0]}  # fmt: skip
+    allowed = [[]] + [[workers[i]] for i in handicapped]
+    if min(wait for _, wait in cpu) > 0.1 * 16:  # both short of CPU: the machine was busy
+        # identical processes side by side on this VM differ by up to 14 %: a straggler of that
+        # size is the machine's noise; a slow replica's 60 % is not
+        allowed += [[f["pid"]] for f in found if f["evidence"]["excess"] < 0.25]
+    assert [f["pid"] for f in found] in allowed, (found, cpu)
     # and there was something to compare: the workers' forward calls were timed
     forward = next(s for s in rep["stages"] if s["name"] == "forward")
     assert forward.get("calls", 0) >= 100, forward
