@@ -20,8 +20,8 @@ queue), a firing whose calls had the threads waiting for a CPU ``STARVED_SHARE``
 they were ready to run, and twice the share of the minute before, adds "waited for a CPU 48 %
 of their runnable time (5 % before)". A latency firing judges the CPU from the start of its
 first slow call (a spell that began halfway through the window is not diluted by the quiet
-half before it); a rate firing over its whole window. It still fires: a neighbour taking the CPUs slows the
-requests as surely as a slow forward does, and the recording shows it.
+half before it); a rate firing over its whole window. It still fires: a neighbour taking the
+CPUs slows the requests as surely as a slow forward does, and the recording shows it.
 
 Spans reach infertop in batches (the agent sends them about twice a second), so the windows
 end at the newest span seen rather than at ``now``; when no span comes at all (every stage
