@@ -17,8 +17,9 @@ At most one firing per ``cooldown_s`` (``note`` counts a manual capture too).
 A firing says so when the machine, not the target, is the likelier cause: fed the kernel's
 accounting of the target's threads (``add_cpu``: nanoseconds on a CPU and waiting on a run
 queue), a firing whose calls had the threads waiting for a CPU ``STARVED_SHARE`` of the time
-they were ready to run, and twice the share of the minute before, adds "waited for a CPU 48 %
-of their runnable time (5 % before)". A latency firing judges the CPU from the start of its
+they were ready to run, and twice the minute before's wait per second on a CPU (so 40 % of
+the runnable time before and 75 % now counts: 0.67 s a CPU second to 3 s), adds "waited for a
+CPU 48 % of their runnable time (5 % before)". A latency firing judges the CPU from the start of its
 first slow call (a spell that began halfway through the window is not diluted by the quiet
 half before it); a rate firing over its whole window. It still fires: a neighbour taking the
 CPUs slows the requests as surely as a slow forward does, and the recording shows it.
@@ -63,7 +64,7 @@ RATE_WINDOW_S = 5.0
 MIN_EXPECTED_CALLS = 30  # baseline rate × window: fewer and a halved rate is chance
 BASELINE_EVERY_S = 1.0  # the baseline's p95 is computed again at most this often
 #: a firing's window with the target's threads waiting for a CPU this share of their runnable
-#: time (and twice the baseline's share) says the machine was short of CPU
+#: time (and twice the baseline's wait per CPU second) says the machine was short of CPU
 STARVED_SHARE = 0.25
 BIG_BASELINE = 100_000  # calls: past this many, only every 5 s (sorting them costs ~10 ms)
 MAX_SPANS_PER_STAGE = 500_000  # a defensive bound on what one stage keeps
@@ -206,6 +207,12 @@ class _Stage:
         return sorted(self.ms[lo:hi])
 
 
+def _odds(share: float) -> float:
+    """A share of runnable time spent waiting as seconds waited per second on a CPU: a share
+    saturates at 1 (40 % before cannot double), the waits per CPU second do not (0.67 -> 3)."""
+    return share / (1.0 - share) if share < 1.0 else math.inf
+
+
 class Triggers:
     """The auto trigger and the rules over a live session's stage spans (see the module)."""
 
@@ -262,7 +269,9 @@ class Triggers:
         if firing.slow_from is not None:
             t0 = max(t0, firing.slow_from)
         now, before = self.waited(t0, end), self.waited(t0 - BASELINE_S, t0)
-        if now is None or now < STARVED_SHARE or (before is not None and now < 2 * before):
+        if now is None or now < STARVED_SHARE:
+            return firing
+        if before is not None and _odds(now) < 2 * _odds(before):
             return firing
         was = f" ({before:.0%} before)" if before is not None else ""
         reason = (f"{firing.reason}; its threads waited for a CPU {now:.0%} of their runnable "

@@ -138,6 +138,20 @@ def workers_in_order(sample: subprocess.Popen[str]) -> list[int]:
     return [int(m[2]) for m in sorted((m for m in found if m), key=lambda m: int(m[1]))]
 
 
+def cpu_seconds(pid: int) -> tuple[float, float]:
+    """Seconds ``pid``'s threads have run on a CPU and spent runnable but waiting for one (the
+    kernel's schedstat: its first two fields, in ns), summed over its threads."""
+    run = wait = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/schedstat") as fh:
+                fields = fh.read().split()
+            run, wait = run + int(fields[0]), wait + int(fields[1])
+        except (OSError, IndexError, ValueError):
+            pass
+    return run / 1e9, wait / 1e9
+
+
 def until(predicate, timeout: float, what: str, interval: float = 0.1):
     """Poll ``predicate`` until it is truthy (returns its value) or fail after ``timeout`` s
     saying ``what`` was awaited."""

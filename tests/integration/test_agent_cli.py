@@ -8,7 +8,15 @@ import time
 
 import pytest
 
-from .helpers import infertop, read_truth, report_json, start_target, stop_target, until
+from .helpers import (
+    cpu_seconds,
+    infertop,
+    read_truth,
+    report_json,
+    start_target,
+    stop_target,
+    until,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -74,8 +82,10 @@ def test_injected_agent_brings_torch_ops_and_leaves_nothing(tmp_path, sample: st
         before_py = python_threads(target.pid)
         before, twin_before = rates((truth, target.pid), (twin_truth, twin.pid), 4)
         out = str(tmp_path / "a.infertop")
+        cpu_before = cpu_seconds(target.pid)
         p = infertop("record", str(target.pid), "-o", out, "--duration", "20",
                      "--inject", "--profile-period", "2", "--profile-window", "0.3")  # fmt: skip
+        run, wait = (a - b for a, b in zip(cpu_seconds(target.pid), cpu_before))
         assert p.returncode == 0, p.stderr
         # back to full speed: not slower than before, unless the twin (never attached) slowed
         # down as much. A twin that sped up proves nothing about the target (measured on a
@@ -118,7 +128,15 @@ def test_injected_agent_brings_torch_ops_and_leaves_nothing(tmp_path, sample: st
     elif sample == "python_loop":
         assert rules & {"python-overhead", "tiny-ops"}, rep["findings"]
     else:  # a healthy service: none of the op rules
-        assert not rules & {"copy-heavy", "python-overhead", "tiny-ops"}, rep["findings"]
+        # ... but on a machine short of CPU an op's self time holds the moments its thread
+        # waited for one: the service's copies read 13 % of forward time (2-3 % alone) in a
+        # fresh-clone run beside two CPU hogs (2026-12-04). Then a low copy-heavy may come,
+        # where its threads waited for a CPU a quarter of their runnable time (as watch says)
+        waited = wait / (run + wait) if run + wait > 0 else 0.0
+        found = rules & {"copy-heavy", "python-overhead", "tiny-ops"}
+        low = {f["rule"] for f in rep["findings"] if f["severity"] == "low"}
+        assert not found or (waited >= 0.25 and found <= low & {"copy-heavy"}), (
+            f"waited for a CPU {waited:.0%}", rep["findings"])  # fmt: skip
 
 
 def test_no_inject_is_py_spy_only_and_says_so(tmp_path) -> None:

@@ -8,27 +8,19 @@ the workers' forward calls per 5-s interval (analysis/stragglers.py).
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
-from .helpers import infertop, report_json, serving, stop_target, workers_in_order, workers_of
+from .helpers import (
+    cpu_seconds,
+    infertop,
+    report_json,
+    serving,
+    stop_target,
+    workers_in_order,
+    workers_of,
+)
 
 pytestmark = pytest.mark.slow
-
-
-def _cpu_s(pid: int) -> tuple[float, float]:
-    """Seconds ``pid``'s threads have run on a CPU and spent runnable but waiting for one (the
-    kernel's schedstat: its first two fields, in ns), summed over its threads."""
-    run = wait = 0
-    for task in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{task}/schedstat") as fh:
-                fields = fh.read().split()
-            run, wait = run + int(fields[0]), wait + int(fields[1])
-        except (OSError, IndexError, ValueError):
-            pass
-    return run / 1e9, wait / 1e9
 
 
 def _record(tmp_path, *sample_args: str) -> tuple[list[int], dict, list[tuple[float, float]]]:  # noqa: ANN001
@@ -39,9 +31,9 @@ def _record(tmp_path, *sample_args: str) -> tuple[list[int], dict, list[tuple[fl
     try:
         workers = workers_in_order(sample)  # worker 1, worker 2
         assert sorted(workers) == sorted(workers_of(sample.pid)) and len(workers) == 2
-        before = [_cpu_s(w) for w in workers]
+        before = [cpu_seconds(w) for w in workers]
         p = infertop("record", str(sample.pid), "--children", "-o", out, "--duration", "16")
-        cpu = [tuple(a - b for a, b in zip(_cpu_s(w), was)) for w, was in zip(workers, before)]
+        cpu = [tuple(a - b for a, b in zip(cpu_seconds(w), was)) for w, was in zip(workers, before)]
         assert p.returncode == 0, p.stderr
     finally:
         _, err = stop_target(sample)

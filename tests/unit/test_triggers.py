@@ -159,6 +159,25 @@ def test_a_latency_firing_judges_the_cpu_from_its_first_slow_call() -> None:
     assert said and int(said.group(1)) == 60, fired[0].reason
 
 
+@pytest.mark.parametrize("before,now,says", [(0.40, 0.75, True), (0.40, 0.55, False)])
+def test_a_machine_already_busy_says_so_when_its_wait_per_cpu_second_doubles(
+    before: float, now: float, says: bool
+) -> None:
+    """A target already waiting 40 % of its runnable time (a busy machine; measured under two
+    CPU hogs) and then 75 %: the share cannot double, but the seconds waited per second on a
+    CPU went from 0.67 to 3, and the reason says the machine; 55 % (1.2 s) is not twice."""
+    rng = random.Random(9)
+    spans = calls("forward", T0, T0 + 40, 0.01, 5.0, rng)
+    spans += calls("forward", T0 + 40, T0 + 60, 0.02, 15.0, rng)
+    trig = Triggers()
+    for t in range(1, 61):
+        share = now if t > 40 else before
+        trig.add_cpu(T0 + t, int(1e9 * (1 - share)), int(1e9 * share))
+    fired = run(trig, spans, T0, T0 + 60)
+    assert len(fired) == 1 and fired[0].reason.startswith("forward.p95 "), fired
+    assert ("the machine is short of CPU" in fired[0].reason) == says, fired[0].reason
+
+
 def test_a_two_second_stall_in_a_steady_load_fires_nothing() -> None:
     """A target starved of CPU for 2 s (its machine busy with other work): no calls end in
     that time, and then the backlog is not caught up. Not an incident of the target's own."""
