@@ -118,3 +118,12 @@ def test_installing_reads_no_other_thread_s_stack(seen: dict) -> None:
     own = seen["own_stack"]
     assert own["walks"] == 0
     assert own["timed_on"] == [own["native"]]
+
+
+def test_an_asgi_app_inside_a_timed_entry_point_is_one_request(seen: dict) -> None:
+    """Ray Serve's replica times its HTTP entry point, and a FastAPI ingress inside it is a
+    Starlette app, timed too: one request each, not two; requests side by side on the event
+    loop (three at once) are each their own, and the app called alone is a request."""
+    spans = seen["nested_requests"]
+    assert [s[0] for s in spans] == ["request"] * 4, spans
+    assert len({s[1] for s in spans}) == 4, spans  # four request ids

@@ -70,3 +70,34 @@ def test_a_hugging_face_model_is_timed_as_forward(monkeypatch) -> None:
     assert layer_forward.__code__ not in found
     del bert
     gc.collect()
+
+
+def test_triton_s_model_class_is_found_on_sys_and_in_a_loaded_module(monkeypatch) -> None:
+    """Triton's Python backend loads ``model.py`` and puts its ``TritonPythonModel`` on ``sys``
+    (older stubs import it as ``1.model``): its ``execute`` is a forward call by default, its
+    ``initialize`` and anything called ``TritonPythonModel`` that is no class are not."""
+    import sys
+    import types
+
+    class TritonPythonModel:
+        def initialize(self, args):  # noqa: ANN001
+            return args
+
+        def execute(self, requests):  # noqa: ANN001
+            return list(requests)
+
+    monkeypatch.setattr(sys, "TritonPythonModel", TritonPythonModel, raising=False)
+    found = find_known_codes(models=[])
+    assert found[TritonPythonModel.execute.__code__] == ("forward", None)
+    assert TritonPythonModel.initialize.__code__ not in found
+
+    monkeypatch.delattr(sys, "TritonPythonModel")
+    old = types.ModuleType("1.model")
+    old.TritonPythonModel = type("TritonPythonModel", (), {"execute": lambda self, requests: requests})
+    odd = types.ModuleType("odd")
+    odd.TritonPythonModel = "not a class"
+    monkeypatch.setitem(sys.modules, "1.model", old)
+    monkeypatch.setitem(sys.modules, "odd", odd)
+    found = find_known_codes(models=[])
+    assert found[old.TritonPythonModel.execute.__code__] == ("forward", None)
+    assert TritonPythonModel.execute.__code__ not in found

@@ -132,7 +132,7 @@ def _inject(
             TIMEOUT,
             f"the target's main thread did not reach a safe point within {timeout:.1f} s (is it "
             "blocked in a long C call, or not running Python code?); nothing was left running "
-            "in it",
+            "in it" + _hint_for(pid),
             t0,
             python=version,
             method=result.method,
@@ -144,6 +144,25 @@ def _inject(
             os.rmdir(socket_dir)  # only if empty: nothing of ours stays behind a failure
         except OSError:
             pass
+
+
+#: processes whose main thread never runs Python once started, by their command line's
+#: start, and what to do instead of injecting
+_NO_SAFE_POINT = (
+    ("ray::", "; a Ray worker's main thread runs Ray's task loop in C++: arm the agent when "
+     "the workers start instead (INFERTOP_AGENT=1 and the worker_process_setup_hook "
+     "infertop.agent.arm_from_env in the runtime env; docs/processes.md, Ray Serve)"),
+)  # fmt: skip
+
+
+def _hint_for(pid: int) -> str:
+    """What to do instead, for a known kind of process whose main thread runs no Python."""
+    try:
+        with open(f"/proc/{pid:d}/cmdline", "rb") as fh:
+            cmdline = fh.read(256).decode("utf-8", "replace")
+    except OSError:
+        return ""
+    return next((hint for start, hint in _NO_SAFE_POINT if cmdline.startswith(start)), "")
 
 
 def _refusal(

@@ -245,6 +245,8 @@ class _Monitor:
             name = filt(frame)
             if not name:
                 return None
+        if self.open_frames and self._inside_keyed(frame, self.codes[code]):
+            return None  # part of an outer call of its stage (a FastAPI app in Ray Serve's)
         if not self.unwinding and self.tool is not None:
             self.unwinding = True  # (its end may be an exception: _on_unwind)
             sys.monitoring.set_events(self.tool, sys.monitoring.events.PY_UNWIND)
@@ -254,6 +256,17 @@ class _Monitor:
             self.open_frames[id(frame)] = (code, time.perf_counter_ns(), ident, name)
             self.open_by_thread[ident] = self.open_by_thread.get(ident, 0) + 1
         return None
+
+    def _inside_keyed(self, frame, stage, limit=64):
+        """Whether one of ``frame``'s callers (the nearest ``limit``: a running coroutine's are
+        the ones awaiting it) is a keyed call of ``stage`` still open."""
+        frame = frame.f_back if frame is not None else None
+        while frame is not None and limit > 0:
+            opened = self.open_frames.get(id(frame))
+            if opened is not None and opened[0] is frame.f_code and self.codes.get(opened[0]) == stage:
+                return True
+            frame, limit = frame.f_back, limit - 1
+        return False
 
     def _finish_keyed(self, code, frame):
         opened = self.open_frames.pop(id(frame), None)

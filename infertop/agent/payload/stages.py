@@ -95,6 +95,10 @@ KNOWN_ENTRY_POINTS = (
     # LitServe's batch collection in its worker (``batch_timeout``): a batch's wait, counted
     # only where it returned requests (it runs every ``batch_timeout`` with none, idle)
     ("queue", "litserve.loops.base", "collate_requests", "batch_taken"),
+    # Ray Serve: an HTTP request in a deployment's replica (its own process, the user's code
+    # on the replica's user-code thread), from the proxy's hand-over to the replica's reply; a
+    # FastAPI ingress's own ``__call__`` inside it is the same request (``_start_keyed``)
+    ("request", "ray.serve._private.replica", "UserCallableWrapper._call_http_entrypoint", "asgi_http"),
 )
 #: framework base classes whose subclasses' handler methods the agent times the same way:
 #: (module, class, ((method, stage), ...)); only methods a subclass defines itself (the user's)
@@ -102,6 +106,11 @@ KNOWN_HANDLERS = (
     ("litserve.api", "LitAPI", (("decode_request", "preprocess"), ("predict", "forward"),
                                 ("encode_response", "serialize"))),
 )
+#: classes a framework finds by name, not by base class: (class name, ((method, stage), ...)).
+#: Triton's Python backend loads the user's ``model.py`` and calls its ``TritonPythonModel``'s
+#: ``execute`` with a batch of requests; its stub puts the class on ``sys`` (older stubs
+#: import ``<version>.model``): looked for there and in every loaded module
+KNOWN_CLASSES = (("TritonPythonModel", (("execute", "forward"),)),)
 _CO_COROUTINE = 0x0080
 _CO_ASYNC_GENERATOR = 0x0200
 
@@ -129,7 +138,28 @@ def find_known_codes(models=None):
                 code = getattr(cls.__dict__.get(meth), "__code__", None)
                 if code is not None:
                     found[code] = (stage, None)
+    for cls in _classes_named(name for name, _ in KNOWN_CLASSES):
+        for meth, stage in dict(KNOWN_CLASSES)[cls.__name__]:
+            code = _unwrapped_code(cls.__dict__.get(meth))
+            if code is not None:
+                found.setdefault(code, (stage, None))
     return found
+
+
+def _classes_named(names):
+    """The classes called one of ``names`` on ``sys`` or at the top of a loaded module, each
+    once (a module's ``__dict__`` read: no module ``__getattr__`` runs)."""
+    names = set(names)
+    out = []
+    for mod in [sys, *list(sys.modules.values())]:
+        if not isinstance(mod, type(sys)):  # an odd object put in sys.modules: not read
+            continue
+        space = mod.__dict__
+        for name in names:
+            cls = space.get(name)
+            if isinstance(cls, type) and cls.__name__ == name and cls not in out:
+                out.append(cls)
+    return out
 
 
 #: at most this many model classes' forwards are timed
@@ -227,6 +257,59 @@ _RETURN_FILTERS = {"batch_taken": _batch_taken}
 
 
 def gc_objects():
+    """The objects alive in this process that the agent looks through for functions and
+    models: the collector's, and where the process froze its heap (``gc.freeze()``: a Ray
+    Serve replica does after its deployment's ``__init__``, as some pre-forking servers do)
+    the frozen ones it can reach too, which ``gc.get_objects()`` leaves out."""
     import gc
 
-    return gc.get_objects()
+    objects = gc.get_objects()
+    if getattr(gc, "get_freeze_count", lambda: 0)():
+        objects.extend(frozen_reachable())
+    return objects
+
+
+#: the most objects ``frozen_reachable`` keeps (a bound on its time: ~0.5 s of the agent's
+#: thread for 200 000 here, in steps that let the target's threads run between them)
+MAX_FROZEN_VISITS = 200_000
+_Py_TPFLAGS_HEAPTYPE = 1 << 9
+#: (time.monotonic(), objects) of the last walk: one configuration looks three times
+_FROZEN_CACHE = [0.0, None]
+
+
+def frozen_reachable(limit=None):
+    """Objects reachable from the loaded modules through containers, classes and instances of
+    classes defined in Python (breadth first, at most ``limit``): the way to the frozen part of
+    the heap, where the collector lists nothing. Only ``gc.get_referents`` is used: no attribute
+    is read, no code of the target's runs; a walk is reused for 30 s."""
+    import gc
+    import time
+
+    now = time.monotonic()
+    if limit is None and _FROZEN_CACHE[1] is not None and now - _FROZEN_CACHE[0] < 30.0:
+        return _FROZEN_CACHE[1]
+    cap = MAX_FROZEN_VISITS if limit is None else limit
+    into = (dict, list, tuple, set, frozenset)
+    leaves = (str, int, float, bytes, bool, type(None), type(sys.getsizeof), type(sys))
+    seen = set()
+    out = []
+    frontier = [m.__dict__ for m in list(sys.modules.values()) if isinstance(m, type(sys))]
+    while frontier and len(out) < cap:
+        nxt = []
+        for i in range(0, len(frontier), 1000):  # the GIL changes hands between steps
+            for ref in gc.get_referents(*frontier[i : i + 1000]):
+                t = type(ref)
+                if t in leaves or id(ref) in seen:
+                    continue
+                seen.add(id(ref))
+                out.append(ref)
+                if t in into or t.__flags__ & _Py_TPFLAGS_HEAPTYPE or (
+                    t is type and ref.__flags__ & _Py_TPFLAGS_HEAPTYPE
+                ):
+                    nxt.append(ref)  # a container, an instance of a Python class, the class
+            if len(out) >= cap:
+                break
+        frontier = nxt
+    if limit is None:
+        _FROZEN_CACHE[:] = [now, out]
+    return out

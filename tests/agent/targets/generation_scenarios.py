@@ -9,6 +9,7 @@ monitor starts; one that raises.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 import threading
@@ -126,6 +127,32 @@ def unwinding_once_served():
     after = bool(sys.monitoring.get_events(mon.tool) & events.PY_UNWIND)
     mon.uninstall()
     return {"before": before, "after": after, "spans": spans}
+
+
+async def entrypoint(scope, receive, send):
+    """A serving framework's HTTP entry point that hands the request to the user's ASGI app
+    (Ray Serve's replica calling a FastAPI ingress), both timed as requests."""
+    await asyncio.sleep(0)
+    await app(scope, receive, send)
+
+
+def nested_requests():
+    """An ASGI app's call inside an outer timed request is that request, not a second one;
+    requests side by side on the loop are each their own."""
+    spans = []
+    http = lambda frame: "GET /" if frame.f_locals["scope"].get("type") == "http" else None  # noqa: E731
+    codes = {app.__code__: "request", entrypoint.__code__: "request"}
+    mon = _Monitor(codes, lambda *a: spans.append([a[1], a[4]]),
+                   filters={c: http for c in codes})  # fmt: skip
+
+    async def three():
+        await asyncio.gather(*(entrypoint({"type": "http"}, None, None) for _ in range(3)))
+        await app({"type": "http"}, None, None)  # the app alone: a request of its own
+
+    mon.install()
+    asyncio.run(three())
+    mon.uninstall()
+    return spans
 
 
 def batch_loop(stop):
@@ -274,6 +301,7 @@ def main() -> None:
     out["unwinding"] = unwinding_once_served()
     out["own_stack"] = install_reads_only_its_own_stack()
     out["batched"] = batched_forwards(tiny)
+    out["nested_requests"] = nested_requests()
     print(json.dumps(out))
 
 
