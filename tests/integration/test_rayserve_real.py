@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from infertop.agent.protocol import socket_dir, sweep_stale_sockets
+
 from .helpers import ROOT, VENV312, infertop, pid_gone, report_json, status_of, stop_target, until
 
 # solo: the clients' round trips are the yardstick, and a Ray cluster takes the machine's CPUs
@@ -113,6 +115,9 @@ def test_a_ray_serve_replica_has_request_tokenizer_and_model_latency_with_no_fla
         if replica:  # serve.shutdown and ray.shutdown end every process of the cluster
             until(lambda: pid_gone(replica), 60, f"the replica (pid {replica}) gone with Ray")
         shutil.rmtree(ray_dir, ignore_errors=True)
+        # Ray kills its workers: their armed agents' sockets stay until the next agent or
+        # injection of this user sweeps them, as here
+        sweep_stale_sockets(socket_dir(os.geteuid()))
     assert not clients.errors, clients.errors
     assert "Traceback" not in err, err[-3000:]
     rep = report_json(str(out))

@@ -101,3 +101,38 @@ def test_triton_s_model_class_is_found_on_sys_and_in_a_loaded_module(monkeypatch
     found = find_known_codes(models=[])
     assert found[old.TritonPythonModel.execute.__code__] == ("forward", None)
     assert TritonPythonModel.execute.__code__ not in found
+
+
+def test_a_model_and_a_stage_function_in_a_frozen_heap_are_found(monkeypatch, models) -> None:
+    """A Ray Serve replica freezes its heap after its deployment's ``__init__``
+    (``gc.freeze()``): the collector then lists none of it, and the agent finds the model, and
+    a ``--stage`` rule's function, through what the loaded modules reach."""
+    import sys
+    import types
+
+    torch, _Block, Model = models
+    monkeypatch.setattr(stages, "MAX_MODEL_CODES", 10_000)
+    app = types.ModuleType("frozen_app")
+    exec("def handler(x):\n    return x\n", app.__dict__)
+
+    class Replica:  # the framework's object holding the user's, holding the model
+        def __init__(self) -> None:
+            self.user = {"model": Model()}
+
+    app.replica = Replica()
+    monkeypatch.setitem(sys.modules, "frozen_app", app)
+    forward = Model.forward.__wrapped__.__code__
+    patterns = stages.parse_stage_patterns([["handle", "*:handler"]])
+    stages._FROZEN_CACHE[1] = None
+    gc.collect()
+    gc.freeze()
+    try:
+        with monkeypatch.context() as m:  # the collector's list alone: nothing to be found
+            m.setattr(stages, "frozen_reachable", lambda limit=None: [])
+            assert forward not in find_model_codes()
+            assert app.handler.__code__ not in stages.find_stage_codes(patterns)
+        assert forward in find_model_codes()
+        assert stages.find_stage_codes(patterns).get(app.handler.__code__) == "handle"
+    finally:
+        gc.unfreeze()
+        stages._FROZEN_CACHE[1] = None

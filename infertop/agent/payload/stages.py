@@ -269,9 +269,9 @@ def gc_objects():
     return objects
 
 
-#: the most objects ``frozen_reachable`` keeps (a bound on its time: ~0.5 s of the agent's
-#: thread for 200 000 here, in steps that let the target's threads run between them)
-MAX_FROZEN_VISITS = 200_000
+#: the most objects ``frozen_reachable`` keeps (a bound on its time: ~1 s of the agent's
+#: thread for 300 000 here, in steps that let the target's threads run between them)
+MAX_FROZEN_VISITS = 1_000_000
 _Py_TPFLAGS_HEAPTYPE = 1 << 9
 #: (time.monotonic(), objects) of the last walk: one configuration looks three times
 _FROZEN_CACHE = [0.0, None]
@@ -289,8 +289,9 @@ def frozen_reachable(limit=None):
     if limit is None and _FROZEN_CACHE[1] is not None and now - _FROZEN_CACHE[0] < 30.0:
         return _FROZEN_CACHE[1]
     cap = MAX_FROZEN_VISITS if limit is None else limit
-    into = (dict, list, tuple, set, frozenset)
-    leaves = (str, int, float, bytes, bool, type(None), type(sys.getsizeof), type(sys))
+    # by type: None = a leaf (not kept), False = kept, True = kept and walked through
+    kinds = {t: None for t in (str, int, float, bytes, bool, type(None), type(sys.getsizeof), type(sys))}
+    kinds.update({t: True for t in (dict, list, tuple, set, frozenset)})
     seen = set()
     out = []
     frontier = [m.__dict__ for m in list(sys.modules.values()) if isinstance(m, type(sys))]
@@ -299,14 +300,18 @@ def frozen_reachable(limit=None):
         for i in range(0, len(frontier), 1000):  # the GIL changes hands between steps
             for ref in gc.get_referents(*frontier[i : i + 1000]):
                 t = type(ref)
-                if t in leaves or id(ref) in seen:
+                kind = kinds.get(t, -1)
+                if kind is None:
                     continue
-                seen.add(id(ref))
+                if kind == -1:  # a type not met yet (a class is walked by its own flags)
+                    kind = kinds[t] = t is not type and bool(t.__flags__ & _Py_TPFLAGS_HEAPTYPE)
+                r = id(ref)
+                if r in seen:
+                    continue
+                seen.add(r)
                 out.append(ref)
-                if t in into or t.__flags__ & _Py_TPFLAGS_HEAPTYPE or (
-                    t is type and ref.__flags__ & _Py_TPFLAGS_HEAPTYPE
-                ):
-                    nxt.append(ref)  # a container, an instance of a Python class, the class
+                if kind or (t is type and ref.__flags__ & _Py_TPFLAGS_HEAPTYPE):
+                    nxt.append(ref)
             if len(out) >= cap:
                 break
         frontier = nxt
