@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml requirements-dev.txt
 	$(PY) -m pip install -q -e '.[test]'
 	touch $(STAMP)
 
-# the Python 3.12 targets' venv (sys.monitoring): starlette, uvicorn, LitServe, transformers and
+# the Python 3.12 targets' venv (sys.monitoring): starlette, uvicorn, LitServe, Ray Serve, transformers and
 # torch 2.14.1 (the generation tests; ~2 min to install from the registry's files); their tests
 # skip, saying so, where there is no such interpreter
 PY312 ?= /root/.pyenv/versions/3.12.1/bin/python
