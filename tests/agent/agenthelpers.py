@@ -115,11 +115,15 @@ def start_target(
     ready_key: str | None = None,
     prefix: list[str] | None = None,
     status_dir: str | None = None,
+    argv0: str | None = None,
 ) -> Target:
     status = os.path.join(status_dir or str(tmp_path), "status-%d.json" % time.monotonic_ns())
     flag = status_flag or ("--counter" if script == "torch_loop.py" else "--status")
+    if argv0 is not None:  # the interpreter finds its venv by its name: tell it
+        env = {**(env if env is not None else clean_env()), "PYTHONEXECUTABLE": python}
     proc = subprocess.Popen(
-        [python, *(prefix or []), str(TARGETS / script), flag, status, *args],
+        [argv0 or python, *(prefix or []), str(TARGETS / script), flag, status, *args],
+        executable=python,  # argv0: what its command line says it is (a Ray worker's title)
         cwd=str(tmp_path),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,

@@ -257,6 +257,19 @@ def test_main_thread_blocked_times_out_cleanly(targets):
     assert out == "" and err == ""
 
 
+def test_a_ray_worker_s_timeout_says_to_arm_the_agent_instead(targets):
+    """A Ray worker's main thread runs Ray's task loop in C++ once it started: an injection
+    can never begin there, and its timeout says how to arm the agent at the worker's start."""
+    target = targets(args=("--workers", "0", "--block-main", "5"),
+                     argv0="ray::ServeReplica:embed:Embedder")  # fmt: skip
+    result = inject(target.pid, timeout=1.0)
+    assert not result.ok and result.kind == "timeout", result
+    assert "safe point" in result.reason and "worker_process_setup_hook" in result.reason, result.reason
+    plain = targets(args=("--workers", "0", "--block-main", "5"))
+    result = inject(plain.pid, timeout=1.0)
+    assert result.kind == "timeout" and "Ray" not in result.reason, result.reason
+
+
 def test_gdb_method(targets):
     """gdb path: works where gdb can call functions; on AMX CPUs gdb 13 cannot (we say so)."""
     if shutil.which("gdb") is None:
