@@ -33,6 +33,14 @@ STACKS = {
                 "/usr/lib/python3.12/threading.py", "Event.wait"),
     "litserve-main": ("/site/litserve/server.py", "LitServer.run", "/usr/lib/python3.12/multiprocessing/process.py",
                       "BaseProcess.join"),
+    # Ray Serve: the proxy serves HTTP under uvicorn; a replica runs the ASGI app's code
+    # (starlette's Request) on what the proxy handed it, and the model
+    "ray-proxy": ("/site/ray/serve/_private/proxy.py", "HTTPProxy.__call__", "/site/uvicorn/protocols/http/h11_impl.py",
+                  "RequestResponseCycle.run_asgi"),
+    "ray-replica-body": ("/site/ray/serve/_private/replica.py", "UserCallableWrapper._call_http_entrypoint",
+                         "/site/starlette/requests.py", "Request.json"),
+    "ray-replica-forward": ("/site/ray/serve/_private/replica.py", "UserCallableWrapper._call_func_or_gen",
+                            "/site/torch/nn/modules/module.py", "Module._call_impl"),
 }  # fmt: skip
 
 
@@ -90,3 +98,13 @@ def test_uvicorn_s_supervisor_is_no_api_and_unnamed_work_keeps_the_tree_s_names(
         (33, 30, "python -c spawn_main()", [("forward", 5, False)]),  # too few samples to say
     ])  # fmt: skip
     assert roles(s) == {30: "supervisor", 31: "api", 32: "worker 1", 33: "worker 2"}
+
+
+def test_a_ray_serve_replica_is_inference_and_its_proxy_the_api() -> None:
+    """A replica runs starlette's code on requests its proxy served: not an API for that."""
+    s = session([
+        (20, 0, "ray::ProxyActor", [("ray-proxy", 40, False)]),
+        (21, 0, "ray::ServeReplica:embed:Embedder", [("ray-replica-body", 10, False),
+                                                     ("ray-replica-forward", 50, False)]),
+    ])  # fmt: skip
+    assert roles(s) == {20: "ray serve api", 21: "ray serve inference"}

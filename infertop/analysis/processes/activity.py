@@ -21,6 +21,12 @@ HTTP_FILES: tuple[str, ...] = (
     "/uvicorn/", "/starlette/", "/fastapi/", "/aiohttp/", "/gunicorn/", "/hypercorn/",
     "/werkzeug/", "/flask/", "/tornado/", "/sanic/", "/grpc/", "/http/server.py",
 )  # fmt: skip
+#: the ASGI frameworks among them: an app's code, which a process may run on requests that
+#: another process served ...
+ASGI_APP_FILES: tuple[str, ...] = ("/starlette/", "/fastapi/")
+#: ... as a Ray Serve replica does (its proxy serves the HTTP): in a process with one of these
+#: on its stacks, only the servers' files say it serves HTTP
+ASGI_HOSTED_FILES: tuple[str, ...] = ("/ray/serve/_private/replica.py",)
 #: a frame in one of these watches worker processes (it is also the server's code, so it is
 #: tried before ``HTTP_FILES``)
 SUPERVISOR_FILES: tuple[str, ...] = (
@@ -56,30 +62,42 @@ class Activity:
     windows: an idle API still waits in its server's loop), and its active samples by stage
     (CPU windows, as the process view counts them)."""
 
-    http: bool = False
+    server: bool = False  # an HTTP server's files (HTTP_FILES but the ASGI apps')
+    asgi: bool = False  # an ASGI framework's files
+    hosted: bool = False  # it runs ASGI apps on requests another process served
     supervisor: bool = False
     manager: bool = False  # runs multiprocessing's manager server
     framework: str | None = None
     stages: dict[str, int] = field(default_factory=dict)
 
     @property
+    def http(self) -> bool:
+        """It serves HTTP (or gRPC)."""
+        return self.server or (self.asgi and not self.hosted)
+
+    @property
     def active(self) -> int:
         return sum(self.stages.values())
 
 
+_SERVER_FILES = tuple(p for p in HTTP_FILES if p not in ASGI_APP_FILES)
+
+
 def _signs(frames: list[Frame]) -> Signs:
     files = [f.file for f in frames]
-    http = any(part in f for f in files for part in HTTP_FILES)
+    server = any(part in f for f in files for part in _SERVER_FILES)
+    asgi = any(part in f for f in files for part in ASGI_APP_FILES)
+    hosted = any(part in f for f in files for part in ASGI_HOSTED_FILES)
     supervisor = any(part in f for f in files for part in SUPERVISOR_FILES)
     manager = any(
         f.function in MANAGER_FUNCTIONS and f.file.endswith("/multiprocessing/managers.py")
         for f in frames
     )
     framework = next((name for part, name in FRAMEWORKS if any(part in f for f in files)), None)
-    return http, supervisor, manager, framework
+    return server, asgi, hosted, supervisor, manager, framework
 
 
-Signs = tuple[bool, bool, bool, str | None]
+Signs = tuple[bool, bool, bool, bool, bool, str | None]
 #: each symbol table's stacks' signs: a stack never changes once defined, and the roles are
 #: asked for at every snapshot of a live session
 _SIGNS: weakref.WeakKeyDictionary[object, dict[int, Signs]] = weakref.WeakKeyDictionary()
@@ -100,10 +118,12 @@ def activities(session: Session) -> dict[int, Activity]:
             signs = memo[sid] = _signs(session.symbols.stack_frames(sid))
         a = out.get(pid)
         if a is not None:
-            a.http = a.http or signs[0]
-            a.supervisor = a.supervisor or signs[1]
-            a.manager = a.manager or signs[2]
-            a.framework = a.framework or signs[3]
+            a.server = a.server or signs[0]
+            a.asgi = a.asgi or signs[1]
+            a.hosted = a.hosted or signs[2]
+            a.supervisor = a.supervisor or signs[3]
+            a.manager = a.manager or signs[4]
+            a.framework = a.framework or signs[5]
 
     for pid, folded in session.folded_by_pid.items():
         a = out.get(pid)
