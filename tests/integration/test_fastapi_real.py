@@ -5,58 +5,20 @@ Python 3.12 (the agent's sys.monitoring timings of known entry points)."""
 
 from __future__ import annotations
 
-import http.client
-import json
 import statistics
 import subprocess
-import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from .helpers import ROOT, VENV312, infertop, report_json, status_of, stop_target, until
+from .http_clients import JsonClients
 
 # solo: the clients' round trips are the yardstick; beside another test their own waits for a
 # CPU would be in them
 pytestmark = [pytest.mark.slow, pytest.mark.solo]
 APP = ROOT / "tests" / "integration" / "targets" / "fastapi_app.py"
 
-
-
-class Clients:
-    """Three clients, each on one kept-alive connection as a load generator holds them, posting
-    JSON until stopped; each request's start (unix s) and latency (ms) as they saw it."""
-
-    def __init__(self, port: int) -> None:
-        self.port = port
-        self.stop = threading.Event()
-        self.seen: list[tuple[float, float]] = []
-        self.errors: list[str] = []
-        self.threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(3)]
-        for t in self.threads:
-            t.start()
-
-    def _run(self, i: int) -> None:
-        body = json.dumps({"text": " ".join(f"w{(i * 7 + k) % 2000}" for k in range(120))})
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
-        try:
-            while not self.stop.is_set():
-                start, t = time.time(), time.perf_counter()
-                conn.request("POST", "/embed", body=body, headers={"Content-Type": "application/json"})
-                r = conn.getresponse()
-                data = r.read()
-                if r.status != 200:
-                    self.errors.append(f"{r.status} {data[:200]!r}")
-                    return
-                self.seen.append((start, (time.perf_counter() - t) * 1000.0))
-        finally:
-            conn.close()
-
-    def close(self) -> None:
-        self.stop.set()
-        for t in self.threads:
-            t.join(30)
 
 
 @pytest.mark.skipif(
@@ -72,7 +34,7 @@ def test_a_fastapi_app_has_request_and_tokenizer_latency_with_no_flags(tmp_path:
     clients = None
     try:
         port = until(lambda: status_of(status).get("port"), 60, "the app's port")
-        clients = Clients(port)
+        clients = JsonClients(port, "/embed")
         until(lambda: status_of(status).get("served", 0) > 30, 60, "the first requests")
         before = status_of(status)
         out = tmp_path / "fastapi.infertop"

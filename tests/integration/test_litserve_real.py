@@ -10,7 +10,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -26,6 +25,7 @@ from infertop.record.reader import read_recording
 from tests.support.generation_truth import check_against_own
 
 from .helpers import ROOT, VENV312, infertop, report_json, until
+from .http_clients import free_port
 
 pytestmark = pytest.mark.slow
 APP = ROOT / "tests" / "integration" / "targets" / "litserve_app.py"
@@ -37,12 +37,6 @@ def _has_litserve() -> bool:
     if not VENV312.exists():
         return False
     return any(VENV312.parents[1].glob("lib/python3*/site-packages/litserve/__init__.py"))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Clients:
@@ -106,7 +100,7 @@ def _serving(tmp_path: Path, argv: list[str], clients: type[Clients], first: int
     """A LitServe server (``argv``: its script and arguments, ``{port}`` its port, else the port
     last) in a process group of its own, answering ``clients`` (``first`` answers seen); the
     server and its clients stopped after."""
-    port = _free_port()
+    port = free_port()
     args = [a.replace("{port}", str(port)) for a in argv]
     if not any("{port}" in a for a in argv):
         args.append(str(port))

@@ -9,15 +9,11 @@ the agent is armed in them as docs/processes.md tells a user (``INFERTOP_AGENT=1
 
 from __future__ import annotations
 
-import http.client
-import json
 import os
 import shutil
 import statistics
 import subprocess
 import tempfile
-import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -25,6 +21,7 @@ import pytest
 from infertop.agent.protocol import socket_dir, sweep_stale_sockets
 
 from .helpers import ROOT, VENV312, infertop, pid_gone, report_json, status_of, stop_target, until
+from .http_clients import JsonClients, free_port
 
 # solo: the clients' round trips are the yardstick, and a Ray cluster takes the machine's CPUs
 pytestmark = [pytest.mark.slow, pytest.mark.solo]
@@ -38,52 +35,6 @@ def _has_ray_serve() -> bool:
     return any(VENV312.parents[1].glob("lib/python3*/site-packages/ray/serve/__init__.py"))
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Clients:
-    """Three clients, each on one kept-alive connection, posting until stopped; each request's
-    start (unix s) and latency (ms) as they saw it."""
-
-    def __init__(self, port: int) -> None:
-        self.port = port
-        self.stop = threading.Event()
-        self.seen: list[tuple[float, float]] = []
-        self.errors: list[str] = []
-        self.threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(3)]
-        for t in self.threads:
-            t.start()
-
-    def _run(self, i: int) -> None:
-        body = json.dumps({"text": " ".join(f"w{(i * 7 + k) % 2000}" for k in range(120))})
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
-        try:
-            while not self.stop.is_set():
-                start, t = time.time(), time.perf_counter()
-                conn.request("POST", "/embed", body=body, headers={"Content-Type": "application/json"})
-                r = conn.getresponse()
-                data = r.read()
-                if r.status != 200:
-                    self.errors.append(f"{r.status} {data[:200]!r}")
-                    return
-                self.seen.append((start, (time.perf_counter() - t) * 1000.0))
-        except OSError as exc:
-            if not self.stop.is_set():
-                self.errors.append(repr(exc))
-        finally:
-            conn.close()
-
-    def close(self) -> None:
-        self.stop.set()
-        for t in self.threads:
-            t.join(60)
-
-
 @pytest.mark.skipif(
     not _has_ray_serve(),
     reason=f"needs ray[serve] in {VENV312} (make .venv312/.installed: requirements-py312.txt)",
@@ -91,7 +42,7 @@ class Clients:
 def test_a_ray_serve_replica_has_request_tokenizer_and_model_latency_with_no_flags(tmp_path: Path) -> None:
     status = tmp_path / "status.json"
     ray_dir = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # Ray's socket paths must stay short
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [str(VENV312), str(APP), "--port", str(port), "--status", str(status), "--arm", str(ROOT),
          "--ray-dir", ray_dir],
@@ -101,7 +52,7 @@ def test_a_ray_serve_replica_has_request_tokenizer_and_model_latency_with_no_fla
     clients = replica = None
     try:
         replica = until(lambda: status_of(status).get("pid"), 240, "the replica's status (Ray and Serve up)")
-        clients = Clients(port)
+        clients = JsonClients(port, "/embed", timeout=60)
         until(lambda: status_of(status).get("served", 0) > 30, 120, "the first requests")
         before = status_of(status)
         out = tmp_path / "replica.infertop"
