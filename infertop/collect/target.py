@@ -78,6 +78,8 @@ def pid_alive(pid: int) -> bool:
     return procfs.state(pid) not in ("Z", "X")  # None (unreadable): alive, as kill said
 
 
+#: how long a target that py-spy found gone ("No such process") may take to be gone for us
+EXITING_S = 2.0
 _VERSION_RE = re.compile(r"^Python v(\d+\.\d+\.\d+\S*)", re.M)
 
 
@@ -116,6 +118,12 @@ def classify_pyspy_failure(pid: int, text: str) -> Exception:
     """Turn py-spy's error output into one of our errors with a useful hint."""
     first = next((ln for ln in text.splitlines() if ln.startswith("Error:")), text.strip()[:200])
     lowered = text.lower()
+    if "no such process" in lowered:
+        # py-spy found the target on its way out (its threads gone, the process not yet a
+        # zombie): give it a moment to be gone before saying anything else of it
+        deadline = time.monotonic() + EXITING_S
+        while pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
     if not pid_alive(pid):
         return TargetNotFound(f"process {pid} exited")
     if "permission denied" in lowered or "operation not permitted" in lowered:

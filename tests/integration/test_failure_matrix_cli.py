@@ -13,6 +13,8 @@ import time
 
 import pytest
 
+from infertop.collect.target import classify_pyspy_failure
+from infertop.errors import TargetNotFound
 from infertop.record.reader import read_recording
 
 from .helpers import INFERTOP, infertop, report_json, start_target, stop_target
@@ -79,6 +81,16 @@ def test_a_target_that_exits_while_infertop_attaches(tmp_path, lives_s: float) -
         assert "the target exited" in p.stderr
         rep = report_json(str(out))
         assert rep["target_exited"] is True
+
+
+def test_a_target_that_py_spy_finds_on_its_way_out_is_said_to_have_exited() -> None:
+    """py-spy can meet a target whose threads are gone while the process is not yet a zombie
+    ("No such process"): that is the target exiting (exit 3), not one py-spy cannot read
+    (under load a CI run got exit 4, "py-spy cannot sample process N: No such process")."""
+    target = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.4)"])
+    threading.Thread(target=target.wait, daemon=True).start()
+    err = classify_pyspy_failure(target.pid, "Error: No such process (os error 3)")
+    assert isinstance(err, TargetNotFound) and "exited" in str(err), err
 
 
 DEEP = """\
