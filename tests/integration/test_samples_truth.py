@@ -201,10 +201,11 @@ def _record_beside_truth(
     native threads (the Rust tokenizer) is slowed by them most: under load at 200 Hz textgen's
     preprocess took 10 % of the truth in a recording with CPU windows and 8 % in one without.
     The wall view is of the target as it runs between those stops, so ``wall_only`` compares it
-    with the truth of the wall windows."""
+    with the truth of the wall windows. The target is favoured (``helpers.favoured``): beside two
+    CPU hogs a starved HF generate read decode 7.2 points off its truth."""
     truth_path = str(tmp_path / "truth.json")
     env = {**os.environ, "SAMPLES_TRUTH_INTERVAL_S": "0.05"}
-    target = start_target([*argv, "--truth", truth_path], python=python, env=env)
+    target = start_target([*argv, "--truth", truth_path], python=python, env=env, favour=True)
     try:
         _settled_truth(truth_path)
         series = _TruthSeries(truth_path)
