@@ -1,5 +1,5 @@
 """Latency by default in a Triton Python-backend model (Python 3.12): a real ``model.py`` as
-Triton's documentation has one written, driven by ``targets/triton/stub.py``, a stand-in for
+Triton's documentation has one written, driven by ``targets/triton_backend/stub.py``, a stand-in for
 Triton's stub process (which no package registry here has) that loads and calls the model as
 the stub does. ``infertop record PID`` with no flag times each ``execute`` (a batch of
 requests) as a ``forward`` call with its batch size, beside the stub's own clock of it."""
@@ -15,7 +15,7 @@ import pytest
 from .helpers import ROOT, VENV312, infertop, report_json, status_of, stop_target, until
 
 pytestmark = pytest.mark.slow
-STUB = ROOT / "tests" / "integration" / "targets" / "triton" / "stub.py"
+STUB = ROOT / "tests" / "integration" / "targets" / "triton_backend" / "stub.py"
 
 
 @pytest.mark.skipif(not VENV312.exists(), reason=f"needs {VENV312} (make .venv312/.installed)")
