@@ -27,25 +27,9 @@ def status_of(path: Path) -> dict:
         return {}
 
 
-#: the niceness of a favoured target (``favoured``)
-FAVOURED_NICE = -10
-
-
-def favoured() -> None:
-    """``preexec_fn`` of a target whose accuracy a test measures against its own clock: it (and
-    the processes it starts) run at nice -10 where this test may raise priorities (root, as in
-    CI; elsewhere nothing changes), so that CPU-bound neighbours at the default priority cannot
-    take its CPU. What a target short of CPU looks like is measured in docs/performance.md, not
-    asserted: those tests hold the sampler to its truth for a target that has its CPU."""
-    try:
-        os.nice(FAVOURED_NICE)
-    except OSError:
-        pass
-
-
-def start_target(args: list[str], python: str | None = None, favour: bool = False, **kw) -> subprocess.Popen[str]:
+def start_target(args: list[str], python: str | None = None, **kw) -> subprocess.Popen[str]:
     """Start a Python target (with ``python``, else this test's interpreter) and wait until
-    py-spy can read it (its interpreter is up); ``favour``: at a higher priority (``favoured``)."""
+    py-spy can read it (its interpreter is up)."""
     proc = subprocess.Popen(
         [python or sys.executable, *args],
         cwd=ROOT,
@@ -53,7 +37,6 @@ def start_target(args: list[str], python: str | None = None, favour: bool = Fals
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        preexec_fn=favoured if favour else None,
         **kw,
     )
     deadline = time.time() + 30
@@ -118,13 +101,12 @@ def env_without_agent() -> dict[str, str]:
     return env
 
 
-def serving(cmd: list[str], timeout: float = 90, favour: bool = False) -> subprocess.Popen[str]:
+def serving(cmd: list[str], timeout: float = 90) -> subprocess.Popen[str]:
     """Start a sample (``cmd``: its script and arguments) and wait for its first throughput
-    line: its model is up and it serves. Its stdout stays readable (the rest of it).
-    ``favour``: at a higher priority, with its workers (``favoured``)."""
+    line: its model is up and it serves. Its stdout stays readable (the rest of it)."""
     proc = subprocess.Popen(
         [sys.executable, *cmd], cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True, preexec_fn=favoured if favour else None,
+        stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     assert proc.stdout is not None
     proc.banner = []  # type: ignore[attr-defined]  # the lines it wrote before serving

@@ -26,10 +26,7 @@ pytestmark = pytest.mark.slow
 def _record(tmp_path, *sample_args: str) -> tuple[list[int], dict, list[tuple[float, float]]]:  # noqa: ANN001
     """The workers (by pid), the report, and each worker's seconds on a CPU and waiting for one
     while it was recorded."""
-    # favoured: the replicas' CPU is the machine's to share fairly between them, not with
-    # whatever else runs (equal replicas were 56 % apart beside two CPU hogs)
-    sample = serving(["samples/multiproc_service.py", "--workers", "2", "--annotate", *sample_args],
-                     favour=True)  # fmt: skip
+    sample = serving(["samples/multiproc_service.py", "--workers", "2", "--annotate", *sample_args])
     out = str(tmp_path / "replicas.infertop")
     try:
         workers = workers_in_order(sample)  # worker 1, worker 2
