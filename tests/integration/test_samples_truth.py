@@ -201,9 +201,7 @@ def _record_beside_truth(
     native threads (the Rust tokenizer) is slowed by them most: under load at 200 Hz textgen's
     preprocess took 10 % of the truth in a recording with CPU windows and 8 % in one without.
     The wall view is of the target as it runs between those stops, so ``wall_only`` compares it
-    with the truth of the wall windows. (Running the target at nice -10 was tried:
-    beside two hogs it helped the HF tests, but on a quiet machine the 3.12 generation-call test
-    then read prefill 3.1 points off, at a 3-point bar: not used until that is understood.)"""
+    with the truth of the wall windows."""
     truth_path = str(tmp_path / "truth.json")
     env = {**os.environ, "SAMPLES_TRUTH_INTERVAL_S": "0.05"}
     target = start_target([*argv, "--truth", truth_path], python=python, env=env)

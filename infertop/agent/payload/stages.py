@@ -264,7 +264,7 @@ def gc_objects():
     import gc
 
     objects = gc.get_objects()
-    if getattr(gc, "get_freeze_count", lambda: 0)() >= MIN_FROZEN:
+    if gc.get_freeze_count() >= MIN_FROZEN:
         objects.extend(frozen_reachable())
     return objects
 
