@@ -17,9 +17,9 @@ pytestmark = pytest.mark.slow
 HOP = str(ROOT / "tests" / "integration" / "targets" / "ipc_hop.py")
 
 
-def _serving(items: int) -> subprocess.Popen[str]:
+def _serving(items: int, forward_ms: int) -> subprocess.Popen[str]:
     proc = subprocess.Popen(
-        [sys.executable, HOP, "--items", str(items), "--forward-ms", "5"], cwd=ROOT,
+        [sys.executable, HOP, "--items", str(items), "--forward-ms", str(forward_ms)], cwd=ROOT,
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     assert proc.stdout is not None
@@ -33,8 +33,8 @@ def _serving(items: int) -> subprocess.Popen[str]:
     raise AssertionError(f"pid {proc.pid} never answered its first request")
 
 
-def _record(tmp_path, items: int) -> dict:  # noqa: ANN001
-    target = _serving(items)
+def _record(tmp_path, items: int, forward_ms: int = 5) -> dict:  # noqa: ANN001
+    target = _serving(items, forward_ms)
     out = str(tmp_path / f"hop-{items}.infertop")
     try:
         p = infertop("record", str(target.pid), "--children", "--no-inject", "-o", out,
@@ -60,7 +60,10 @@ def test_pickling_big_payloads_between_processes_is_ipc_and_heavy(tmp_path) -> N
 
 
 def test_small_messages_between_processes_raise_nothing(tmp_path) -> None:
-    rep = _record(tmp_path, 100)
-    # a few per cent: the parent does little else while it is not waiting (8 % on a busy run)
+    # a model call of 20 ms, not 5: the parent's send counts the time it waits for a CPU after
+    # each answer wakes it, a few ms a hop on a loaded machine, and beside two CPU hogs and the
+    # suite's other workers that was 18 % of a 5 ms forward's hop (a fresh-clone run under load)
+    rep = _record(tmp_path, 100, forward_ms=20)
+    # a few per cent: the parent does little else while it is not waiting
     assert shares(rep).get("ipc", 0.0) < 0.15, shares(rep)
     assert not [f for f in rep["findings"] if f["rule"] == "ipc-heavy"], rep["findings"]
