@@ -4,7 +4,7 @@
 # beside it, as a busy CI machine or a developer's laptop would have them. Prints each run's
 # result line and exit code; exits non-zero if any run failed.
 #
-#     scripts/ci_under_load.sh [RUNS]        # ~18 min a run on 2 cores
+#     scripts/ci_under_load.sh [RUNS]        # ~22 min a run on 2 cores
 set -uo pipefail
 RUNS="${1:-3}"
 SRC="$(cd "$(dirname "$0")/.." && pwd)"
