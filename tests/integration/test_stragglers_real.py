@@ -78,13 +78,14 @@ def test_equal_replicas_raise_no_straggler(tmp_path) -> None:
     handicapped = {i for i, (mine, other) in enumerate([(cpu[0], cpu[1]), (cpu[1], cpu[0])])
                    if mine[1] - other[1] > 0.1 * 16 or mine[0] > 1.1 * other[0]}  # fmt: skip
     allowed = [[]] + [[workers[i]] for i in handicapped]
-    if min(wait for _, wait in cpu) > 0.1 * 16:  # both short of CPU: the machine was busy
+    least_wait = min(wait for _, wait in cpu)
+    if least_wait > 0.1 * 16:  # both short of CPU: the machine was busy
         # identical processes side by side on this VM differ by up to 14 %: a straggler of that
         # size is the machine's noise; a slow replica's 60 % is not. Both waiting more than half
         # the time (8.9 s of 16 each beside two CPU hogs and a busy host), a call's time is mostly
         # its turn for a CPU and one replica's calls came out 30 %+ slower: allowed to 50 %
-        most = min(wait for _, wait in cpu) > 0.5 * 16
-        allowed += [[f["pid"]] for f in found if f["evidence"]["excess"] < (0.5 if most else 0.25)]
+        limit = 0.5 if least_wait > 0.5 * 16 else 0.25
+        allowed += [[f["pid"]] for f in found if f["evidence"]["excess"] < limit]
     assert [f["pid"] for f in found] in allowed, (found, cpu)
     # and there was something to compare: the workers' forward calls were timed
     forward = next(s for s in rep["stages"] if s["name"] == "forward")
