@@ -83,7 +83,7 @@ def test_injected_agent_brings_torch_ops_and_leaves_nothing(tmp_path, sample: st
         before, twin_before = rates((truth, target.pid), (twin_truth, twin.pid), 4)
         out = str(tmp_path / "a.infertop")
         cpu_before = cpu_seconds(target.pid)
-        p = infertop("record", str(target.pid), "-o", out, "--duration", "20",
+        p = infertop("record", str(target.pid), "-o", out, "--duration", "10",
                      "--inject", "--profile-period", "2", "--profile-window", "0.3")  # fmt: skip
         run, wait = (a - b for a, b in zip(cpu_seconds(target.pid), cpu_before))
         assert p.returncode == 0, p.stderr
