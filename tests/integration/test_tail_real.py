@@ -27,6 +27,7 @@ def _status(path: Path) -> dict:
         return {}
 
 
+@pytest.mark.early
 @pytest.mark.skipif(not PY312.exists(), reason=f"needs Python 3.12 for sys.monitoring ({PY312})")
 def test_report_explains_the_slow_calls_and_counts_the_pauses(tmp_path: Path) -> None:
     status = tmp_path / "status.json"
@@ -38,6 +39,7 @@ def test_report_explains_the_slow_calls_and_counts_the_pauses(tmp_path: Path) ->
     try:
         until(lambda: _status(status).get("n", 0) > 10, 60, "the target's first status")
         out = tmp_path / "tail.infertop"
+        before = _status(status)
         p = infertop(
             "record", str(proc.pid), "-o", str(out), "--duration", str(RECORD_S),
             "--stage", "preprocess=encode_batch", "--stage", "forward=*pauses_target.py:forward",
@@ -56,14 +58,15 @@ def test_report_explains_the_slow_calls_and_counts_the_pauses(tmp_path: Path) ->
     assert tail["frames"][0]["name"] == "rare_slow_path", tail["frames"][:3]
     assert tail["frames"][0]["slow_share"] > 0.6 and tail["frames"][0]["typical_share"] < 0.05
     # (b) the full collections: the count the target made while we recorded, within 20 %
-    #     (the agent starts a moment after record does), and their pause size
+    #     (the agent starts a moment after record does), and their pause size, both against
+    #     the target's own over the same seconds: its collections before them, while the
+    #     machine was busier, took 80 ms to the recording's 55 in one run (5 workers, 2026-12-06)
     gc = rep["gc"]
     full = next(g for g in gc["generations"] if g["generation"] == 2)
-    made = truth["full_collections"]
-    started = truth["spell"][0] - 12  # the target's start (its spell began 12 s after it)
-    expected = made * rep["duration_s"] / (truth["t"] - started)  # its rate over our span
+    made = truth["full_collections"] - before["full_collections"]
+    expected = made * rep["duration_s"] / (truth["t"] - before["t"])  # its rate over our span
     assert full["count"] == pytest.approx(expected, rel=0.2), (full, made, rep["duration_s"])
-    mean_truth_ms = 1000 * truth["gc_s"] / made
+    mean_truth_ms = 1000 * (truth["gc_s"] - before["gc_s"]) / made
     mean_ours_ms = full["total_ms"] / full["count"]
     assert mean_ours_ms == pytest.approx(mean_truth_ms, rel=0.25), (mean_ours_ms, mean_truth_ms)
     # (c) the loop blocked 80 ms a second: its lag's max is about that, and it is a finding
