@@ -1,4 +1,4 @@
-"""Soak: 50 attach/detach cycles of infertop's own agent collector (``AgentAttach``: injection,
+"""Soak: 30 attach/detach cycles (``INFERTOP_SOAK_CYCLES=N`` for more) of infertop's own agent collector (``AgentAttach``: injection,
 then the real client) on one target. After every cycle the target has exactly its threads,
 fds and sockets again, and so does infertop (this process); memory on both sides stays
 bounded. The 30-minute attached session is ``benchmarks/soak.py`` (docs/performance.md).
@@ -18,7 +18,9 @@ from infertop.collect.agent.client import AgentConfig
 from infertop.model.events import OpWindow
 
 pytestmark = pytest.mark.slow
-CYCLES = 50
+#: 30 in the suite (~30 s; 50 took 50 s of the parallel phase, and the memory bound below is per
+#: cycle); the docs' measurement ran 50 (docs/performance.md)
+CYCLES = int(os.environ.get("INFERTOP_SOAK_CYCLES", "30"))
 
 
 def one_cycle(pid: int) -> int:
@@ -39,7 +41,8 @@ def one_cycle(pid: int) -> int:
     return windows
 
 
-def test_fifty_attach_detach_cycles_leave_both_sides_flat(targets):
+@pytest.mark.early
+def test_attach_detach_cycles_leave_both_sides_flat(targets):
     target = targets(args=("--workers", "1", "--warm-profiler", "--size", "128"))
     me = os.getpid()
     settled_threads, settled_fds = settled(lambda: (threads(target.pid), fds(target.pid)))
