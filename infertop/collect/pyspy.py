@@ -27,7 +27,9 @@ import math
 import os
 import queue
 import re
+import shutil
 import signal
+import stat
 import subprocess
 import tempfile
 import threading
@@ -54,6 +56,47 @@ _SUMMARY_RE = re.compile(r"Samples: (\d+) Errors: (\d+)")
 _BEHIND_RE = re.compile(r"([\d.]+)s behind in sampling")
 PR_SET_PDEATHSIG = 1
 THREAD_REFRESH_WINDOWS = 5  # a ``py-spy dump`` (~30 ms) every this many windows
+
+
+#: py-spy's raw files go to ``<temp>/infertop-pyspy-<infertop's pid>-<random>/``
+FOLDER_PREFIX = "infertop-pyspy-"
+#: a live infertop's folder changes every window (py-spy writes a file a second): one older
+#: than this is not in use, whatever its pid says (another pid namespace sharing /tmp)
+STALE_FOLDER_S = 60.0
+
+
+def sampling_folder() -> tempfile.TemporaryDirectory[str]:
+    """A folder for this infertop's py-spy windows, its pid in the name, after removing those
+    of infertops killed before they could remove theirs (SIGKILL, the OOM killer)."""
+    root = tempfile.gettempdir()
+    sweep_stale_folders(root)
+    return tempfile.TemporaryDirectory(prefix=f"{FOLDER_PREFIX}{os.getpid()}-", dir=root)
+
+
+def sweep_stale_folders(root: str) -> int:
+    """Remove the ``infertop-pyspy-PID-*`` folders in ``root`` that are ours (this user's), whose
+    infertop is gone and that nothing has written to for a minute; how many. Never raises."""
+    removed = 0
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return 0
+    now = time.time()
+    for name in names:
+        pid, _, rest = name[len(FOLDER_PREFIX) :].partition("-")
+        if not name.startswith(FOLDER_PREFIX) or not pid.isdigit() or not rest:
+            continue
+        path = os.path.join(root, name)
+        try:
+            st = os.lstat(path)
+            if (not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid()
+                    or now - st.st_mtime < STALE_FOLDER_S or pid_alive(int(pid))):  # fmt: skip
+                continue
+            shutil.rmtree(path)
+            removed += 1
+        except OSError:
+            pass
+    return removed
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,7 +209,7 @@ class PySpyCollector:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._proc: subprocess.Popen[str] | None = None
-        self._tmpdir = tempfile.TemporaryDirectory(prefix="infertop-pyspy-")
+        self._tmpdir = sampling_folder()
         self._pyspy = find_pyspy()
         self._threads = 0
         self._names: dict[int, str] = {}

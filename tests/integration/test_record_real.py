@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import signal
 import subprocess
 import time
@@ -84,7 +85,11 @@ def _windows_on_disk(path: str) -> int:
 def test_sigkill_during_record_leaves_a_readable_recording(tmp_path) -> None:
     target = start_target([ANNOTATED])
     out = str(tmp_path / "killed.infertop")
-    rec = subprocess.Popen(INFERTOP + ["record", str(target.pid), "-o", out], stderr=subprocess.PIPE, text=True)
+    tmp = tmp_path / "tmp"  # infertop's temporary folders, this test's alone
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    rec = subprocess.Popen(INFERTOP + ["record", str(target.pid), "-o", out], stderr=subprocess.PIPE,
+                           text=True, env=env)  # fmt: skip
     try:
         # killed once three windows are on disk (a busy machine's py-spy is slow to give them)
         until(lambda: _windows_on_disk(out) >= 3, 60, "three windows in the recording")
@@ -99,6 +104,15 @@ def test_sigkill_during_record_leaves_a_readable_recording(tmp_path) -> None:
         assert target.poll() is None, "the target must survive"
         state = open(f"/proc/{target.pid}/stat").read().rsplit(")", 1)[1].split()[0]
         assert state in ("R", "S"), f"target left in state {state}"
+        # a killed infertop removes nothing: its py-spy folder stays, until the next infertop
+        # (a minute on: a folder written to lately may be a live one's) sweeps it away
+        (left,) = tmp.glob(f"infertop-pyspy-{rec.pid}-*")
+        os.utime(left, (time.time() - 120, time.time() - 120))
+        nxt = subprocess.run(INFERTOP + ["record", str(target.pid), "-o", str(tmp_path / "next.infertop"),
+                                         "--duration", "1", "--no-inject"],
+                             capture_output=True, text=True, timeout=60, env=env)  # fmt: skip
+        assert nxt.returncode == 0, nxt.stderr
+        assert sorted(p.name for p in tmp.iterdir()) == [], "left in the temporary folder"
     finally:
         stop_target(target)
     rep = report_json(out)
