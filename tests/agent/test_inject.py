@@ -124,7 +124,6 @@ def test_inject_profile_detach_leaves_nothing(targets):
     assert out == "" and err == "", (out, err)
 
 
-@pytest.mark.early
 def test_twenty_cycles_leave_no_growth(targets):
     """A target that already used torch.profiler: every cycle ends with exactly its threads."""
     target = targets(args=("--workers", "1", "--warm-profiler", "--size", "256"))

@@ -41,7 +41,6 @@ def one_cycle(pid: int) -> int:
     return windows
 
 
-@pytest.mark.early
 def test_attach_detach_cycles_leave_both_sides_flat(targets):
     target = targets(args=("--workers", "1", "--warm-profiler", "--size", "128"))
     me = os.getpid()

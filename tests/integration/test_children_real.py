@@ -37,7 +37,6 @@ def _forward_sampled(path: str) -> set[int]:
     return out
 
 
-@pytest.mark.early
 def test_record_children_follows_every_worker_and_survives_one_dying(tmp_path) -> None:
     sample = serving(["samples/multiproc_service.py", "--workers", "3"])
     out = str(tmp_path / "tree.infertop")

@@ -116,7 +116,6 @@ def _mount_tmpfs(where: str, size: str) -> bool:
     return r.returncode == 0
 
 
-@pytest.mark.early
 @pytest.mark.skipif(ROOT_ONLY or shutil.which("mount") is None, reason="needs root to mount")
 def test_disk_full_while_recording_stops_with_a_readable_recording(tmp_path) -> None:
     """The recording's file system fills up mid-session: infertop stops with one message (exit

@@ -122,7 +122,6 @@ def _serving(tmp_path: Path, argv: list[str], clients: type[Clients], first: int
         log.close()
 
 
-@pytest.mark.early
 @pytest.mark.skipif(not _has_litserve(), reason=f"needs {VENV312} with litserve (make .venv312/.installed)")
 def test_a_litserve_server_has_request_and_stage_latency_roles_and_ipc_with_no_flags(tmp_path: Path) -> None:
     out = tmp_path / "litserve.infertop"
