@@ -1,7 +1,8 @@
-"""Soak: 30 attach/detach cycles (``INFERTOP_SOAK_CYCLES=N`` for more) of infertop's own agent collector (``AgentAttach``: injection,
-then the real client) on one target. After every cycle the target has exactly its threads,
-fds and sockets again, and so does infertop (this process); memory on both sides stays
-bounded. The 30-minute attached session is ``benchmarks/soak.py`` (docs/performance.md).
+"""Soak: 30 attach/detach cycles (``INFERTOP_SOAK_CYCLES=N`` for more) of infertop's own agent
+collector (``AgentAttach``: injection, then the real client) on one target. After every cycle
+the target has exactly its threads, fds and sockets again, and so does infertop (this
+process); memory on both sides stays bounded. The 30-minute attached session is
+``benchmarks/soak.py`` (docs/performance.md).
 """
 
 from __future__ import annotations

@@ -88,8 +88,8 @@ def test_sigkill_during_record_leaves_a_readable_recording(tmp_path) -> None:
     tmp = tmp_path / "tmp"  # infertop's temporary folders, this test's alone
     tmp.mkdir()
     env = {**os.environ, "TMPDIR": str(tmp)}
-    rec = subprocess.Popen(INFERTOP + ["record", str(target.pid), "-o", out], stderr=subprocess.PIPE,
-                           text=True, env=env)  # fmt: skip
+    rec = subprocess.Popen(INFERTOP + ["record", str(target.pid), "-o", out],
+                           stderr=subprocess.PIPE, text=True, env=env)  # fmt: skip
     try:
         # killed once three windows are on disk (a busy machine's py-spy is slow to give them)
         until(lambda: _windows_on_disk(out) >= 3, 60, "three windows in the recording")
@@ -108,9 +108,9 @@ def test_sigkill_during_record_leaves_a_readable_recording(tmp_path) -> None:
         # (a minute on: a folder written to lately may be a live one's) sweeps it away
         (left,) = tmp.glob(f"infertop-pyspy-{rec.pid}-*")
         os.utime(left, (time.time() - 120, time.time() - 120))
-        nxt = subprocess.run(INFERTOP + ["record", str(target.pid), "-o", str(tmp_path / "next.infertop"),
-                                         "--duration", "1", "--no-inject"],
-                             capture_output=True, text=True, timeout=60, env=env)  # fmt: skip
+        again = ["record", str(target.pid), "-o", str(tmp_path / "next.infertop"), "--duration", "1",
+                 "--no-inject"]  # fmt: skip
+        nxt = subprocess.run(INFERTOP + again, capture_output=True, text=True, timeout=60, env=env)
         assert nxt.returncode == 0, nxt.stderr
         assert sorted(p.name for p in tmp.iterdir()) == [], "left in the temporary folder"
     finally:
