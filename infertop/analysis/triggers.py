@@ -19,9 +19,11 @@ accounting of the target's threads (``add_cpu``: nanoseconds on a CPU and waitin
 queue), a firing whose calls had the threads waiting for a CPU ``STARVED_SHARE`` of the time
 they were ready to run, and twice the minute before's wait per second on a CPU (so 40 % of
 the runnable time before and 75 % now counts: 0.67 s a CPU second to 3 s), adds "waited for a
-CPU 48 % of their runnable time (5 % before)". A latency firing judges the CPU from the start of its
-first slow call (a spell that began halfway through the window is not diluted by the quiet
-half before it); a rate firing over its whole window. It still fires: a neighbour taking the
+CPU 48 % of their runnable time (5 % before): the machine is short of CPU"; one that waited
+as long on a machine as busy the minute before says that instead ("... (40 % before): the
+machine was as short of CPU the minute before"). A latency firing judges the CPU from the
+start of its first slow call (a spell that began halfway through the window is not diluted
+by the quiet half before it); a rate firing over its whole window. It still fires: a neighbour taking the
 CPUs slows the requests as surely as a slow forward does, and the recording shows it.
 
 Spans reach infertop in batches (the agent sends them about twice a second), so the windows
@@ -271,11 +273,13 @@ class Triggers:
         now, before = self.waited(t0, end), self.waited(t0 - BASELINE_S, t0)
         if now is None or now < STARVED_SHARE:
             return firing
-        if before is not None and _odds(now) < 2 * _odds(before):
-            return firing
         was = f" ({before:.0%} before)" if before is not None else ""
+        if before is not None and _odds(now) < 2 * _odds(before):
+            why = "the machine was as short of CPU the minute before"  # busy all along
+        else:
+            why = "the machine is short of CPU"
         reason = (f"{firing.reason}; its threads waited for a CPU {now:.0%} of their runnable "
-                  f"time{was}: the machine is short of CPU")  # fmt: skip
+                  f"time{was}: {why}")  # fmt: skip
         return replace(firing, reason=reason)
 
     def note(self, t: float) -> None:

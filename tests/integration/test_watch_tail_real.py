@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from infertop.collect.thread_cpu import RunQueue
 from infertop.model.events import INCIDENT, Marker, StageSpan
 from infertop.record.reader import read_recording
 
@@ -64,7 +65,11 @@ def test_auto_catches_the_spell_once_and_a_quiet_minute_raises_nothing(tmp_path:
     watches = []
     try:
         watches = [_watch(a.pid, tmp_path / "a", 48), _watch(b.pid, tmp_path / "b", 60)]
+        quiet_cpu = RunQueue([b.pid])  # the quiet twin's threads: what a failure shows
+        quiet_cpu.read(quiet_cpu.pids)
         outs = [w.communicate(timeout=180) for w in watches]
+        run, wait = quiet_cpu.read(quiet_cpu.pids)
+        waited = wait / (run + wait) if run + wait else 0.0
         spell = _status(spelled)["spell"]
     finally:
         for w in watches:
@@ -79,8 +84,8 @@ def test_auto_catches_the_spell_once_and_a_quiet_minute_raises_nothing(tmp_path:
     # the quiet twin: nothing, unless its machine starved it of CPU and the incident says so
     # (measured with two CPU hogs beside the suite: its forward rate halved)
     for line in b_out.strip().splitlines():
-        said = STARVED.search(line)
-        assert said and int(said.group(1)) >= 25, (b_out, b_err)
+        said = BUSY.search(line)
+        assert said and int(said.group(1)) >= 25, (b_out, b_err, f"waited {waited:.0%} all along")
     lines = a_out.strip().splitlines()
     assert len(lines) == 1, (a_out, a_err)
     (path,) = (tmp_path / "a").glob("incident-*.infertop")
@@ -95,6 +100,10 @@ def test_auto_catches_the_spell_once_and_a_quiet_minute_raises_nothing(tmp_path:
 
 STARVED = re.compile(r"its threads waited for a CPU (\d+)% of their runnable time.*: the machine "
                      r"is short of CPU")  # fmt: skip
+#: or short of it all along: a machine busy the whole minute (the suite beside two CPU hogs),
+#: where a burst of the waits lifts a quiet target's p95 without doubling them
+BUSY = re.compile(r"its threads waited for a CPU (\d+)% of their runnable time.*: the machine "
+                  r"(is|was as) short of CPU")  # fmt: skip
 
 
 # solo: its five hogs take a CPU for 8 s, which would slow whatever ran beside it

@@ -165,7 +165,8 @@ def test_a_machine_already_busy_says_so_when_its_wait_per_cpu_second_doubles(
 ) -> None:
     """A target already waiting 40 % of its runnable time (a busy machine; measured under two
     CPU hogs) and then 75 %: the share cannot double, but the seconds waited per second on a
-    CPU went from 0.67 to 3, and the reason says the machine; 55 % (1.2 s) is not twice."""
+    CPU went from 0.67 to 3, and the reason says the machine; 55 % (1.2 s) is not twice: the
+    reason gives the wait and that the machine was as busy before."""
     rng = random.Random(9)
     spans = calls("forward", T0, T0 + 40, 0.01, 5.0, rng)
     spans += calls("forward", T0 + 40, T0 + 60, 0.02, 15.0, rng)
@@ -176,6 +177,10 @@ def test_a_machine_already_busy_says_so_when_its_wait_per_cpu_second_doubles(
     fired = run(trig, spans, T0, T0 + 60)
     assert len(fired) == 1 and fired[0].reason.startswith("forward.p95 "), fired
     assert ("the machine is short of CPU" in fired[0].reason) == says, fired[0].reason
+    # not twice: the reason still gives the wait, and says the machine was that busy before
+    busy_before = fired[0].reason.endswith(
+        "(40% before): the machine was as short of CPU the minute before")
+    assert busy_before != says, fired[0].reason
 
 
 def test_a_two_second_stall_in_a_steady_load_fires_nothing() -> None:
