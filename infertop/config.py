@@ -6,6 +6,7 @@ A config file looks like::
     rate = 50           # py-spy samples per second (each one stops the target ~0.3 ms)
     window = 1.0        # seconds per py-spy window
     cpu_every = 2       # every 2nd window samples CPU (active threads), the rest wall time
+    realtime = false    # true: py-spy real-time while its ticks come late (costs the target)
     retain = 300        # seconds of full detail a live session keeps (older: summed)
 
     [stages]            # extra stage rules, tried before the defaults
@@ -220,6 +221,10 @@ class CollectConfig:
     #: every ``cpu_every``-th py-spy window is a CPU window (active samples only), the others
     #: wall windows (``--idle``: every thread at every tick); 0: wall only, 1: CPU only
     cpu_every: int = 2
+    #: py-spy at real-time priority while its ticks come late, where the kernel allows it: on
+    #: a host whose cores are full its ticks come on time (the wall view's stages right to ~3
+    #: points instead of ~5), at a cost to the target's critical path (collect/priority.py)
+    realtime: bool = False
     history_windows: int = 120  # windows kept for the stage history sparkline
     #: seconds of full detail a live session keeps; older windows, spans and op windows are
     #: folded into whole-session summaries (docs/performance.md, "infertop's own memory")
@@ -366,6 +371,10 @@ def load_config(path: str | None) -> Config:
                 raise UsageError(f"{path}: collect.cpu_every must be a whole number 0..100",
                                  "0: wall windows only, 1: CPU windows only, N: every Nth is CPU")  # fmt: skip
             collect = replace(collect, cpu_every=every)
+        if "realtime" in raw_collect:
+            if not isinstance(raw_collect["realtime"], bool):
+                raise UsageError(f"{path}: collect.realtime must be true or false")
+            collect = replace(collect, realtime=raw_collect["realtime"])
         if "retain" in raw_collect:
             collect = replace(collect, retain_s=_positive(raw_collect["retain"], "collect.retain", path))
     except (TypeError, ValueError) as exc:

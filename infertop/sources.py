@@ -76,6 +76,7 @@ class LiveSource:
                     config.collect.rate_hz,
                     config.collect.window_s,
                     cpu_every=config.collect.cpu_every,
+                    realtime=config.collect.realtime,
                 )
             ]
         )

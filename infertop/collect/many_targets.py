@@ -29,11 +29,13 @@ class ManyTargets:
         window_s: float,
         children: bool = False,
         cpu_every: int = 2,
+        realtime: bool = False,
     ) -> None:
         self.pids = list(pids)
         self.cmdlines = {pid: read_cmdline(pid) for pid in self.pids}
         self.spies = [
-            PySpyCollector(pid, rate_hz, window_s, children, tag=True, cpu_every=cpu_every)
+            PySpyCollector(pid, rate_hz, window_s, children, tag=True, cpu_every=cpu_every,
+                           realtime=realtime)  # fmt: skip
             for pid in pids
         ]
         self._statuses: dict[int, CollectorStatus] = {}

@@ -71,6 +71,7 @@ class MatchedTargets:
         children: bool = False,
         cpu_every: int = 2,
         scan_s: float = SCAN_S,
+        realtime: bool = False,
         max_targets: int = MAX_TARGETS,
     ) -> None:
         self.pattern = pattern
@@ -78,6 +79,7 @@ class MatchedTargets:
             rate_hz, window_s, children, cpu_every
         )  # fmt: skip
         self.scan_s = scan_s
+        self.realtime = realtime
         self.max_targets = max_targets
         #: the pids sampled now, in the order they were found (shared with the agents and NVML)
         self.pids: list[int] = []
@@ -143,7 +145,7 @@ class MatchedTargets:
                 self._seen[pid] = float("-inf")  # counted once, not looked at again
                 continue
             spy = PySpyCollector(pid, self.rate_hz, self.window_s, self.children, tag=True,
-                                 cpu_every=self.cpu_every)  # fmt: skip
+                                 cpu_every=self.cpu_every, realtime=self.realtime)  # fmt: skip
             self._spies[pid] = spy
             self.cmdlines[pid] = cmd
             self.pids.append(pid)

@@ -17,6 +17,10 @@ stops bias them where a native thread pool runs beside the pipeline (measured on
 text-generation sample with the Rust tokenizer, 2,000 samples against perf_counter: queue
 16.8 % against 12.0 %, forward 48.1 % against 52.5 % blocking; 14.3 / 13.3 and 53.7 / 53.3
 non-blocking; docs/performance.md). A wall window costs the target no stops at all.
+
+py-spy runs at normal priority; ``[collect] realtime = true`` makes it real-time while its
+ticks come late (collect/priority.py: on a host whose cores are full they shift time into the
+stage after the one that held them).
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from dataclasses import dataclass
 
 from infertop import procfs
 from infertop.collect.base import drain
+from infertop.collect.priority import SamplerPriority, make_realtime
 from infertop.collect.target import classify_pyspy_failure, find_pyspy, pid_alive
 from infertop.collect.thread_cpu import clamp_to_cpu, thread_cpu_ns
 from infertop.collect.tree import (
@@ -173,6 +178,13 @@ def _detach_from_terminal_and_die_with_parent() -> None:
         pass
 
 
+def _realtime_child() -> None:
+    """As ``_detach_from_terminal_and_die_with_parent``, at real-time priority where the kernel
+    allows it (collect/priority.py)."""
+    _detach_from_terminal_and_die_with_parent()
+    make_realtime()
+
+
 def _resume_if_stopped(pid: int) -> None:
     """A py-spy killed mid-sample may leave the target stopped: never leave it so."""
     procfs.resume_if_stopped(pid)
@@ -191,6 +203,7 @@ class PySpyCollector:
         children: bool = False,
         tag: bool = False,
         cpu_every: int = 2,
+        realtime: bool = False,
     ) -> None:
         self.pid = pid
         #: every ``cpu_every``-th window is a CPU window, the others wall windows (0: all wall,
@@ -213,6 +226,8 @@ class PySpyCollector:
         self._pyspy = find_pyspy()
         self._threads = 0
         self._names: dict[int, str] = {}
+        #: with ``realtime``: py-spy real-time while its ticks come late
+        self.priority = SamplerPriority(rate_hz, realtime)
 
     # -- Collector protocol -------------------------------------------------------------------
     def start(self) -> None:
@@ -344,14 +359,18 @@ class PySpyCollector:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 text=True,
-                preexec_fn=_detach_from_terminal_and_die_with_parent,
+                preexec_fn=(_realtime_child if self.priority.next_window()
+                            else _detach_from_terminal_and_die_with_parent),
             )
         except OSError as exc:
             return False, f"Error: cannot start py-spy: {exc}"
+        self.priority.started(proc.pid)
         deadline = t_start + self.window_s
         while proc.poll() is None and not self._stop.is_set() and time.time() < deadline:
             self._stop.wait(min(0.05, max(0.0, deadline - time.time())))
+            self.priority.watch(proc.pid, time.time() - t_start)
         if proc.poll() is None:
+            self.priority.ended(proc.pid, time.time() - t_start)
             proc.send_signal(signal.SIGINT)
         try:
             out, _ = proc.communicate(timeout=10)

@@ -38,6 +38,13 @@ def _schedstats(pids: Iterable[int]) -> dict[int, tuple[int, int]]:
     return out
 
 
+def run_and_wait_ns(pids: Iterable[int]) -> tuple[int, int]:
+    """Nanoseconds on a CPU and waiting on a run queue, summed over every thread of ``pids``
+    since each began."""
+    stats = _schedstats(pids).values()
+    return sum(on for on, _ in stats), sum(wait for _, wait in stats)
+
+
 def thread_cpu_ns(pids: Iterable[int]) -> dict[int, int]:
     """Nanoseconds on CPU of every thread of ``pids`` (thread id -> ns); gone ones left out."""
     return {tid: on for tid, (on, _) in _schedstats(pids).items()}

@@ -84,10 +84,12 @@ def build_collectors(
     if match is not None:
         return _matched_collectors(match, opts, cfg)
     collectors: list[Collector] = [
-        ManyTargets([target.pid, *others], rate, window_s, children, cfg.collect.cpu_every)
+        ManyTargets([target.pid, *others], rate, window_s, children, cfg.collect.cpu_every,
+                    realtime=cfg.collect.realtime)  # fmt: skip
         if others
         else PySpyCollector(
-            target.pid, rate, window_s, children=children, cpu_every=cfg.collect.cpu_every
+            target.pid, rate, window_s, children=children, cpu_every=cfg.collect.cpu_every,
+            realtime=cfg.collect.realtime,
         ),
         # no GPU or no driver: it only says why, and runs nothing
         NvmlCollector(target.pid, others=others, children=children),
@@ -117,7 +119,8 @@ def _matched_collectors(
     from infertop.collect.nvml import NvmlCollector
 
     matched = MatchedTargets(Pattern(match), cfg.collect.rate_hz, cfg.collect.window_s,
-                             opts.children, cfg.collect.cpu_every)  # fmt: skip
+                             opts.children, cfg.collect.cpu_every,
+                             realtime=cfg.collect.realtime)  # fmt: skip
     nvml = NvmlCollector(None, children=opts.children)
     nvml.follow(matched.pids)
     collectors: list[Collector] = [matched, nvml]

@@ -13,6 +13,16 @@ def test_toml_config(tmp_path) -> None:
     assert cfg.collect.rate_hz == 50
     assert cfg.stage_rules[0] == ("serialize", "to_wire")
     assert ("retrieval", "*/faiss/*:*") in cfg.stage_rules
+    assert cfg.collect.realtime is False  # py-spy at normal priority unless asked
+
+
+def test_realtime_is_asked_for_with_true_and_nothing_else(tmp_path) -> None:
+    p = tmp_path / "c.toml"
+    p.write_text("[collect]\nrealtime = true\n")
+    assert load_config(str(p)).collect.realtime is True
+    p.write_text("[collect]\nrealtime = 1\n")
+    with pytest.raises(UsageError, match="collect.realtime must be true or false"):
+        load_config(str(p))
 
 
 @pytest.mark.parametrize(
