@@ -65,7 +65,9 @@ def measure(pid: int, batcher: int, truth: str, seconds: float) -> dict[str, flo
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--phase", type=float, default=8.0)
     ap.add_argument("--sample-arg", action="append", default=None)
@@ -100,12 +102,14 @@ def main() -> None:
                 got[label].append(m)
                 if rec is not None:
                     rec.wait(timeout=60)
-                print(f"round {i + 1} {label:18s} batcher waited {m['batcher_wait_ms_s']:6.1f} ms/s, "
-                      f"all threads {m['all_wait_ms_s']:6.1f} ms/s, {m['req_s']:6.1f} req/s", flush=True)
+                print(f"round {i + 1} {label:18s} batcher waited {m['batcher_wait_ms_s']:6.1f} "
+                      f"ms/s, all threads {m['all_wait_ms_s']:6.1f} ms/s, {m['req_s']:6.1f} req/s",
+                      flush=True)  # fmt: skip
     finally:
         target.terminate()
         target.wait(timeout=30)
-    print(f"\nsample: textgen_service {' '.join(sample_args)}; {args.rounds} rounds x {args.phase:g} s; medians")
+    print(f"\nsample: textgen_service {' '.join(sample_args)}; {args.rounds} rounds x "
+          f"{args.phase:g} s; medians")
     print(f"{'mode':18s} {'batcher waited':>15s} {'all threads':>12s} {'req/s':>7s}")
     for label, rows in got.items():
         med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}

@@ -23,8 +23,9 @@ CPU 48 % of their runnable time (5 % before): the machine is short of CPU"; one 
 as long on a machine as busy the minute before says that instead ("... (40 % before): the
 machine was as short of CPU the minute before"). A latency firing judges the CPU from the
 start of its first slow call (a spell that began halfway through the window is not diluted
-by the quiet half before it); a rate firing over its whole window. It still fires: a neighbour taking the
-CPUs slows the requests as surely as a slow forward does, and the recording shows it.
+by the quiet half before it); a rate firing over its whole window. It still fires: a
+neighbour taking the CPUs slows the requests as surely as a slow forward does, and the
+recording shows it.
 
 Spans reach infertop in batches (the agent sends them about twice a second), so the windows
 end at the newest span seen rather than at ``now``; when no span comes at all (every stage

@@ -107,4 +107,3 @@ class SamplerPriority:
     def judge(self, waited_s: float, elapsed: float) -> None:
         """A py-spy at normal priority waited ``waited_s`` for a CPU in ``elapsed`` seconds."""
         self.late = waited_s > LATE_PER_TICK_S * elapsed * self.rate_hz
-

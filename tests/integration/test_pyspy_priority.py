@@ -129,7 +129,8 @@ def test_a_real_time_py_spy_that_holds_a_cpu_goes_back_to_normal_at_once(
         priority.started(proc.pid)
         assert os.sched_getscheduler(proc.pid) == os.SCHED_FIFO
         if busy:
-            until(lambda: run_and_wait_ns([proc.pid])[0] > 0.3e9, 30, f"pid {proc.pid} spinning 0.3 s")
+            spun = lambda: run_and_wait_ns([proc.pid])[0] > 0.3e9  # noqa: E731
+            until(spun, 30, f"pid {proc.pid} spinning for 0.3 s of CPU")
         else:
             until(lambda: time.monotonic() - started > 0.4, 30, "0.4 s")
         priority.watch(proc.pid, time.monotonic() - started)
