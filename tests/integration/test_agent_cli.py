@@ -128,14 +128,17 @@ def test_injected_agent_brings_torch_ops_and_leaves_nothing(tmp_path, sample: st
     elif sample == "python_loop":
         assert rules & {"python-overhead", "tiny-ops"}, rep["findings"]
     else:  # a healthy service: none of the op rules
-        # ... but on a machine short of CPU an op's self time holds the moments its thread
-        # waited for one: the service's copies read 13 % of forward time (2-3 % alone) in a
-        # fresh-clone run beside two CPU hogs (2026-12-04). Then a low copy-heavy may come,
-        # where its threads waited for a CPU a quarter of their runnable time (as watch says)
+        # ... but on a machine short of CPU an op's self time, and the time between ops, hold
+        # the moments its thread waited for one: the service's copies read 13 % of forward
+        # time (2-3 % alone) in a fresh-clone run beside two CPU hogs (2026-12-04), and its
+        # time outside ops 31 % (the rule's 30 %) where its threads waited 57 % (2026-12-07).
+        # Then a low copy-heavy or python-overhead may come, where its threads waited for a
+        # CPU a quarter of their runnable time (as watch says); never tiny-ops, never more
         waited = wait / (run + wait) if run + wait > 0 else 0.0
         found = rules & {"copy-heavy", "python-overhead", "tiny-ops"}
         low = {f["rule"] for f in rep["findings"] if f["severity"] == "low"}
-        assert not found or (waited >= 0.25 and found <= low & {"copy-heavy"}), (
+        starved = low & {"copy-heavy", "python-overhead"}
+        assert not found or (waited >= 0.25 and found <= starved), (
             f"waited for a CPU {waited:.0%}", rep["findings"])  # fmt: skip
 
 
