@@ -6,6 +6,7 @@ kernel allows and the spin guard."""
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -115,7 +116,9 @@ def test_a_real_time_py_spy_that_holds_a_cpu_goes_back_to_normal_at_once(
     threads take longer to read than a tick) is put back at normal priority as soon as it took
     over half a CPU, and py-spy is never made real-time again; a sleeper (py-spy as it should
     be) stays real-time."""
-    code = "while True: pass" if busy else "import time; time.sleep(60)"
+    # "go" once Python is up: a busy machine's start-up (its imports from disk) is not spinning
+    then = "while True: pass" if busy else "import time; time.sleep(60)"
+    code = f"print('go', flush=True)\n{then}"
     cpu = {max(os.sched_getaffinity(0))}
 
     def start() -> None:
@@ -123,8 +126,11 @@ def test_a_real_time_py_spy_that_holds_a_cpu_goes_back_to_normal_at_once(
         _realtime_child()
 
     priority = _late_priority()
-    proc = subprocess.Popen([sys.executable, "-c", code], preexec_fn=start)
+    proc = subprocess.Popen([sys.executable, "-c", code], preexec_fn=start, stdout=subprocess.PIPE,
+                            text=True)  # fmt: skip
     try:
+        assert select.select([proc.stdout], [], [], 60)[0], f"pid {proc.pid} said nothing in 60 s"
+        assert proc.stdout.readline() == "go\n"
         started = time.monotonic()
         priority.started(proc.pid)
         assert os.sched_getscheduler(proc.pid) == os.SCHED_FIFO
@@ -137,7 +143,7 @@ def test_a_real_time_py_spy_that_holds_a_cpu_goes_back_to_normal_at_once(
         policy = os.sched_getscheduler(proc.pid)
     finally:
         proc.kill()
-        proc.wait()
+        proc.communicate()
     assert policy == (os.SCHED_OTHER if busy else os.SCHED_FIFO)
     assert priority.next_window() is not busy
 
