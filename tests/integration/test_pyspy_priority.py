@@ -139,12 +139,15 @@ def test_a_real_time_py_spy_that_holds_a_cpu_goes_back_to_normal_at_once(
             until(spun, 30, f"pid {proc.pid} spinning for 0.3 s of CPU")
         else:
             until(lambda: time.monotonic() - started > 0.4, 30, "0.4 s")
-        priority.watch(proc.pid, time.monotonic() - started)
+        elapsed = time.monotonic() - started
+        priority.watch(proc.pid, elapsed)
         policy = os.sched_getscheduler(proc.pid)
+        used = run_and_wait_ns([proc.pid])[0] / 1e9
     finally:
         proc.kill()
         proc.communicate()
-    assert policy == (os.SCHED_OTHER if busy else os.SCHED_FIFO)
+    said = f"{used:.2f} s on a CPU in {elapsed:.2f} s"
+    assert policy == (os.SCHED_OTHER if busy else os.SCHED_FIFO), said
     assert priority.next_window() is not busy
 
 
