@@ -69,7 +69,10 @@ class Spool:
             self._remove(self._files[0])
             self.dropped += 1
         self._seq += 1
-        name = f"{int(e.t * 1000):015d}-{os.getpid()}-{self._seq:06d}{SUFFIX}"
+        # by when it was made, to the microsecond: the sender spools a request it was sending
+        # after the ones made just behind it, often in the same millisecond (2026-12-07: sent
+        # 1, 0, 2, ...); a name of the older milliseconds' format sorts the same way
+        name = f"{int(e.t * 1e6):018d}-{os.getpid()}-{self._seq:06d}{SUFFIX}"
         path = os.path.join(self.folder, name)
         tmp = path + ".tmp"
         try:

@@ -171,6 +171,21 @@ def test_the_spool_keeps_the_newest_within_its_limit(tmp_path) -> None:
     again.close()
 
 
+def test_the_spool_gives_back_by_when_each_was_made_not_when_it_was_spooled(tmp_path) -> None:
+    """The sender spools the request it was sending after the ones made just behind it (an
+    outage under load sent 1, 0, 2, ... once): 0.3 ms apart, the older comes back first."""
+    spool = Spool(str(tmp_path), 1 << 20)
+    made = 1_796_598_298.2741
+    spool.put(Entry("http://x/p", b"1", made + 0.0003))
+    spool.put(Entry("http://x/p", b"0", made))
+    order = []
+    while (e := spool.oldest()) is not None:
+        order.append(e.body)
+        spool.remove(e)
+    spool.close()
+    assert order == [b"0", b"1"]
+
+
 def test_with_no_spool_and_a_full_queue_the_oldest_are_dropped_and_counted() -> None:
     rx = Receiver.reserved()
     sender = Sender(Endpoint.of("parca", rx.url), None, queue_max=2, backoff_s=FAST)
