@@ -14,10 +14,10 @@ import time
 
 import pytest
 
-from infertop import procfs
 from infertop.collect.priority import SamplerPriority
 from infertop.collect.pyspy import _detach_from_terminal_and_die_with_parent, _realtime_child
 from infertop.collect.thread_cpu import run_and_wait_ns
+from infertop.collect.tree import descendants
 
 from .helpers import INFERTOP, ROOT, start_target, stop_target, until
 
@@ -34,17 +34,6 @@ def needs_realtime() -> None:
                     "at normal priority there")  # fmt: skip
 
 
-def _children(pid: int) -> list[int]:
-    """The processes any thread of ``pid`` started (py-spy: infertop's sampling thread)."""
-    out: list[int] = []
-    try:
-        for tid in procfs.threads(pid):
-            out += procfs.thread_children(pid, tid)
-    except OSError:
-        pass  # gone
-    return out
-
-
 def _policies_under_record(target_pid: int, out: str, *config: str) -> list[int]:
     """The scheduling policies of the py-spys of an ``infertop record`` seen until one was
     real-time or 8 s passed (windows 1 s: the first at normal priority judges the ticks)."""
@@ -56,7 +45,7 @@ def _policies_under_record(target_pid: int, out: str, *config: str) -> list[int]
     started = time.monotonic()
     try:
         def done() -> bool:
-            for child in _children(rec.pid):
+            for child in descendants(rec.pid):  # py-spy: its sampling thread's child
                 try:
                     seen.append(os.sched_getscheduler(child))
                 except OSError:
