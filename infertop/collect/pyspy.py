@@ -44,7 +44,7 @@ from infertop import procfs
 from infertop.collect.base import drain
 from infertop.collect.priority import SamplerPriority, make_realtime
 from infertop.collect.target import classify_pyspy_failure, find_pyspy, pid_alive
-from infertop.collect.thread_cpu import clamp_to_cpu, thread_cpu_ns
+from infertop.collect.thread_cpu import clamp_to_runnable, thread_runnable_ns
 from infertop.collect.tree import (
     descendants,
     exit_marker,
@@ -350,7 +350,7 @@ class PySpyCollector:
             "--duration", str(math.ceil(self.window_s) + 2),
         ] + (["--subprocesses"] if self.children else []) + (
             ["--idle", "--nonblocking"] if wall else [])  # fmt: skip
-        cpu_before = {} if wall else thread_cpu_ns([self.pid, *self._live_children()])
+        cpu_before = {} if wall else thread_runnable_ns([self.pid, *self._live_children()])
         t_start = time.time()
         try:
             self._proc = proc = subprocess.Popen(
@@ -391,9 +391,9 @@ class PySpyCollector:
                 if pid not in self._procs or (ppid and not self._procs[pid][0]):
                     self._procs[pid] = (ppid, cmd)
         rows, bad = parse_raw(text)
-        if not wall:  # a sleeping thread py-spy saw as active is not CPU (collect/thread_cpu.py)
-            after = thread_cpu_ns([self.pid, *self._live_children()])
-            rows = clamp_to_cpu(rows, cpu_before, after, self.rate_hz)
+        if not wall:  # a sleeping thread py-spy saw as active is not (collect/thread_cpu.py)
+            after = thread_runnable_ns([self.pid, *self._live_children()])
+            rows = clamp_to_runnable(rows, cpu_before, after, self.rate_hz)
         if self.tag and not self.children:
             self._procs.setdefault(self.pid, (0, read_cmdline(self.pid)))
             thread_pids = {tid: self.pid for tid, _name, _st, _n in rows}

@@ -1,12 +1,17 @@
-"""Each thread's CPU time from the kernel, to keep py-spy's "active" honest in CPU windows.
+"""Each thread's time from the kernel, to keep py-spy's "active" honest in CPU windows.
 
 py-spy calls a thread active when it is not inside a system call at the moment it looks. Its
 own stops make that answer wrong for a sleeping thread now and then (measured: a helper thread
 that only sleeps in ``time.sleep(1)`` came out active in 7 % of CPU-window samples, most of
 the CPU view's ``other``). The kernel knows better: ``/proc/PID/task/TID/schedstat`` holds
-the nanoseconds each thread ran. A thread cannot have more active samples in a window than its
-CPU time there allows (with slack for sampling's randomness); beyond that, they were sleeps.
-Reading it costs the target nothing.
+the nanoseconds each thread ran and waited on a run queue for a CPU. A thread cannot have more
+active samples in a window than that runnable time allows (with slack for sampling's
+randomness); beyond that, they were sleeps. Runnable, not only on a CPU: a thread that waits
+for a CPU on a machine whose cores are full is where py-spy sees it, in its stage's code, and
+its request waits there too (cut to its time on a CPU, a target that shared a core with two
+hogs lost two thirds of its active samples, and the wall view, which caps a thread's ``other``
+by its active rate, moved the rest of its ``other`` to ``idle``: other 0.19 of the wall view
+against its true third). Reading it costs the target nothing.
 """
 
 from __future__ import annotations
@@ -50,6 +55,12 @@ def thread_cpu_ns(pids: Iterable[int]) -> dict[int, int]:
     return {tid: on for tid, (on, _) in _schedstats(pids).items()}
 
 
+def thread_runnable_ns(pids: Iterable[int]) -> dict[int, int]:
+    """Nanoseconds runnable (on a CPU or waiting on a run queue for one) of every thread of
+    ``pids`` (thread id -> ns); gone ones left out."""
+    return {tid: on + wait for tid, (on, wait) in _schedstats(pids).items()}
+
+
 class RunQueue:
     """The threads of some processes: how long they ran and how long they waited for a CPU
     between one ``read`` and the next (the kernel's schedstat; nothing asked of the target).
@@ -87,14 +98,15 @@ class RunQueue:
         return run, waited
 
 
-def clamp_to_cpu(
+def clamp_to_runnable(
     rows: list[tuple[int, str, tuple, int]],
     before: dict[int, int],
     after: dict[int, int],
     rate_hz: float,
 ) -> list[tuple[int, str, tuple, int]]:
     """Rows (tid, name, stack, n) of a CPU window with each thread's active samples cut to what
-    its CPU time over the window allows; a thread the kernel knows nothing of is left as is."""
+    its runnable time over the window allows (``before``/``after``: ``thread_runnable_ns``); a
+    thread the kernel knows nothing of is left as is."""
     if not before or not after:
         return rows
     per_thread: dict[int, int] = {}

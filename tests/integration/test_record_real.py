@@ -6,11 +6,14 @@ import math
 import os
 import signal
 import subprocess
+import sys
 import time
+from collections.abc import Callable
 
 import pytest
 
 from infertop.analysis.snapshot import build_snapshot
+from infertop.collect.thread_cpu import run_and_wait_ns
 from infertop.collect.target import inspect_target
 from infertop.config import Config
 from infertop.model.events import SampleWindow
@@ -50,6 +53,44 @@ def test_custom_rules_and_annotations_are_honoured(tmp_path) -> None:
     s2 = shares(report_json(out, "--stage", "wrangle=churn", "--stage", "tensorize=crunch"))
     assert s2["wrangle"] == pytest.approx(1 / 3, abs=tol), s2
     assert s2.get("other", 0.0) < 0.1, s2
+
+
+def _on_cpu(cpu: int) -> Callable[[], None]:
+    return lambda: os.sched_setaffinity(0, {cpu})
+
+
+# solo: two hogs fill one core for the recording's length
+@pytest.mark.solo
+def test_a_target_starved_of_cpu_keeps_its_wall_shares(tmp_path) -> None:
+    """The annotated target shares one core with two CPU hogs: its thread is runnable all the
+    time and on a CPU a third of it. Waiting for a CPU is not idle time: each function is still
+    a third of the wall view (CPU windows once counted only the time on a CPU as active, and the
+    wall view moved the rest of ``other`` to ``idle``: other 0.19, the others 0.40)."""
+    cpu = min(os.sched_getaffinity(0))
+    target = start_target([ANNOTATED], preexec_fn=_on_cpu(cpu))
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"], preexec_fn=_on_cpu(cpu))
+            for _ in range(2)]  # fmt: skip
+    try:
+        before = run_and_wait_ns([target.pid])
+        out = str(tmp_path / "starved.infertop")
+        p = infertop("record", str(target.pid), "-o", out, "--duration", "8", "--rate", "100",
+                     "--stage", "tensorize=*annotated.py:crunch", "--no-inject")  # fmt: skip
+        on, waited = (b - a for a, b in zip(before, run_and_wait_ns([target.pid])))
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
+        stop_target(target)
+    assert p.returncode == 0, p.stderr
+    # starved indeed: the kernel's accounting, so that the test cannot pass on an idle core
+    assert waited > on, f"target ran {on / 1e9:.2f} s and waited {waited / 1e9:.2f} s for a CPU"
+    rep = report_json(out)
+    s, n = shares(rep), rep["sampling"]["samples"]
+    tol = max(0.1, 4 * math.sqrt(2 / 9 / n))
+    for stage in ("tensorize", "ingest", "other"):
+        assert s[stage] == pytest.approx(1 / 3, abs=tol), (stage, s, n)
+    # the bias itself, sharper than a share's tolerance: other read half the others (0.48)
+    assert s["other"] > 0.7 * (s["tensorize"] + s["ingest"]) / 2, (s, n)
 
 
 def test_replay_shows_what_live_showed(tmp_path) -> None:

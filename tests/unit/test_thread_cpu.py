@@ -1,4 +1,5 @@
-"""Kernel CPU time keeps py-spy's "active" honest: a sleeping thread is not CPU."""
+"""Kernel accounting keeps py-spy's "active" honest: a sleeping thread is not active, a thread
+waiting for its CPU is."""
 
 from __future__ import annotations
 
@@ -8,7 +9,12 @@ import sys
 import threading
 import time
 
-from infertop.collect.thread_cpu import RunQueue, clamp_to_cpu, thread_cpu_ns
+from infertop.collect.thread_cpu import (
+    RunQueue,
+    clamp_to_runnable,
+    thread_cpu_ns,
+    thread_runnable_ns,
+)
 from infertop.model.events import Frame
 
 SLEEPER = (Frame("helper", "/srv/metrics.py", 5),)
@@ -35,13 +41,13 @@ def test_real_threads_cpu_time_tells_a_sleeper_from_a_worker() -> None:
     deadline = time.monotonic() + 5
     while len(tids) < 2 and time.monotonic() < deadline:
         time.sleep(0.01)
-    before = thread_cpu_ns([os.getpid()])
+    before = thread_runnable_ns([os.getpid()])
     # the window lasts until the worker has run 0.3 s (0.5 s on a quiet machine, longer on a
     # busy one): the sleeper's CPU over the same window is what is judged
     deadline = time.monotonic() + 60
     while True:
         time.sleep(0.05)
-        after = thread_cpu_ns([os.getpid()])
+        after = thread_runnable_ns([os.getpid()])
         if after[tids["worker"]] - before[tids["worker"]] >= 0.3e9:
             break
         assert time.monotonic() < deadline, "the worker thread got no CPU time in 60 s"
@@ -50,22 +56,48 @@ def test_real_threads_cpu_time_tells_a_sleeper_from_a_worker() -> None:
         th.join()
     # as py-spy might report them at 100 Hz: both "active" in 40 of 50 samples
     rows = [(tids["sleeper"], "metrics", SLEEPER, 40), (tids["worker"], "worker", WORKER, 40)]
-    kept = {tid: n for tid, _name, _stack, n in clamp_to_cpu(rows, before, after, 100.0)}
+    kept = {tid: n for tid, _name, _stack, n in clamp_to_runnable(rows, before, after, 100.0)}
     assert kept.get(tids["sleeper"], 0) <= 3  # the sleeper ran for well under a millisecond
     assert kept[tids["worker"]] >= 20  # it ran 0.3 s: 30 samples' worth, and more with slack
 
 
+def test_a_process_waiting_for_its_cpu_beside_a_hog_keeps_its_samples() -> None:
+    """Held to one CPU with a hog, a busy process runs about half the time: py-spy finds it
+    active at every tick (waiting for the CPU, it is still in its own code), and it keeps
+    those samples; its time on a CPU alone would have kept about half."""
+    busy = [sys.executable, "-c", "while True: pass"]
+    procs = [subprocess.Popen(busy, preexec_fn=lambda: os.sched_setaffinity(0, {0})) for _ in range(2)]
+    try:
+        pid = procs[0].pid
+        before, cpu_before, t0 = thread_runnable_ns([pid]), thread_cpu_ns([pid]), time.monotonic()
+        deadline = t0 + 30
+        while thread_cpu_ns([pid])[pid] - cpu_before[pid] < 0.3e9:
+            assert time.monotonic() < deadline, "the process never ran 0.3 s"
+            time.sleep(0.05)
+        after, cpu_after = thread_runnable_ns([pid]), thread_cpu_ns([pid])
+        ticks = int((time.monotonic() - t0) * 100)
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    rows = [(pid, "main", WORKER, ticks)]  # active at every tick of 100 Hz
+    kept = clamp_to_runnable(rows, before, after, 100.0)[0][3]
+    on_cpu = clamp_to_runnable(rows, cpu_before, cpu_after, 100.0)[0][3]
+    assert kept >= 0.9 * ticks, (kept, ticks)
+    assert on_cpu < 0.9 * ticks, f"not starved: {on_cpu} of {ticks} samples on a CPU"
+
+
 def test_threads_the_kernel_does_not_know_are_left_as_they_are() -> None:
     rows = [(0xDEAD, "x", WORKER, 30)]
-    assert clamp_to_cpu(rows, {1: 0}, {1: 10}, 100.0) == rows
-    assert clamp_to_cpu(rows, {}, {}, 100.0) == rows
+    assert clamp_to_runnable(rows, {1: 0}, {1: 10}, 100.0) == rows
+    assert clamp_to_runnable(rows, {}, {}, 100.0) == rows
 
 
 def test_a_clamped_thread_keeps_its_stacks_in_proportion() -> None:
     other = (Frame("json_dumps", "/srv/out.py", 3),)
     rows = [(7, "w", WORKER, 30), (7, "w", other, 10), (8, "x", WORKER, 5)]
     # thread 7 ran 0.1 s of a window at 100 Hz: 15 samples allowed (slack 1.5), thread 8 is free
-    kept = clamp_to_cpu(rows, {7: 0, 8: 0}, {7: 100_000_000, 8: 10**9}, 100.0)
+    kept = clamp_to_runnable(rows, {7: 0, 8: 0}, {7: 100_000_000, 8: 10**9}, 100.0)
     assert [(tid, n) for tid, _name, _stack, n in kept] == [(7, 12), (7, 3), (8, 5)]
 
 
