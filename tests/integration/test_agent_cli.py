@@ -67,7 +67,8 @@ def agent_statuses(path: str) -> list[tuple[float, str, str]]:
 
 # solo: the target's speed with and without the agent, and the op shares its findings come
 # from, are measurements that need the CPU the machine has (a CI run beside two other tests
-# read 24 % copies in the healthy service, 2-3 % alone and beside three CPU hogs)
+# read 24 % copies in the healthy service, 2-3 % alone and beside three CPU hogs, when copies
+# were weighed against op time with the waits taken out)
 @pytest.mark.solo
 @pytest.mark.parametrize("sample", ["textgen_service", "copy_heavy", "python_loop"])
 def test_injected_agent_brings_torch_ops_and_leaves_nothing(tmp_path, sample: str) -> None:
@@ -128,17 +129,16 @@ def test_injected_agent_brings_torch_ops_and_leaves_nothing(tmp_path, sample: st
     elif sample == "python_loop":
         assert rules & {"python-overhead", "tiny-ops"}, rep["findings"]
     else:  # a healthy service: none of the op rules
-        # ... but on a machine short of CPU an op's self time, and the time between ops, hold
-        # the moments its thread waited for one: the service's copies read 13 % of forward
-        # time (2-3 % alone) in a fresh-clone run beside two CPU hogs (2026-12-04), and its
-        # time outside ops 31 % (the rule's 30 %) where its threads waited 57 % (2026-12-07).
-        # Then a low copy-heavy or python-overhead may come, where its threads waited for a
-        # CPU a quarter of their runnable time (as watch says); never tiny-ops, never more
+        # ... but on a machine short of CPU the time between ops holds the moments its thread
+        # waited for one: the service's time outside ops read 31 % (the rule's 30 %) where its
+        # threads waited 57 % (2026-12-07). Then a low python-overhead may come, where its
+        # threads waited for a CPU a quarter of their runnable time (as watch says); never
+        # copy-heavy (copies are weighed against op time that holds the same waits: 2.2 % of
+        # it beside two CPU hogs, 2-3 % alone), never tiny-ops, never more than low
         waited = wait / (run + wait) if run + wait > 0 else 0.0
         found = rules & {"copy-heavy", "python-overhead", "tiny-ops"}
         low = {f["rule"] for f in rep["findings"] if f["severity"] == "low"}
-        starved = low & {"copy-heavy", "python-overhead"}
-        assert not found or (waited >= 0.25 and found <= starved), (
+        assert not found or (waited >= 0.25 and found <= low & {"python-overhead"}), (
             f"waited for a CPU {waited:.0%}", rep["findings"])  # fmt: skip
 
 

@@ -82,6 +82,18 @@ def test_windows_without_op_time_keep_the_rules_silent_but_copy_heavy_works() ->
     assert "copy-heavy" in found  # copies: 5 of 15 ms of op time
 
 
+def test_copy_heavy_weighs_copies_against_the_same_rows_op_time() -> None:
+    """A starved target (under two CPU hogs, the Python-loop sample): its op thread's stretches
+    leave out the stops of ops it was preempted in (7.7 ms of op time), its rows keep them
+    (85 ms, 13 ms of them a conversion). copy-heavy once read 178 % there; copies over the rows'
+    own op time are 15 %."""
+    w = window(0, 7_700.0, 16_000.0, 3000)
+    rows = (OpPath(("aten::relu",), "forward", "cpu", 200, 72_000.0, 72_000.0),
+            OpPath(("aten::add", "aten::to"), "forward", "cpu", 200, 13_000.0, 13_000.0))
+    found = rules(OpWindow(w.t_start, w.t_end, "agent", 10, False, rows, op_time=w.op_time))
+    assert found["copy-heavy"].evidence["cpu_share_of_forward"] == pytest.approx(13 / 85, abs=1e-3)
+
+
 def ev(name: str, tid: int, start_us: float, dur_us: float, kind: str = "cpu_op") -> tuple:
     return (kind, name, tid, int(start_us * 1000), int(dur_us * 1000), 0, 0, 0, None)
 

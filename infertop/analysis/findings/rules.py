@@ -54,6 +54,9 @@ class FindingInput:
     ipc_latency_ms: tuple[float, float] | None = None
     gil_wait_share: float | None = None
     ops: tuple[OpRow, ...] = ()
+    #: the CPU ops' self time, summed: the op time that ``copy-heavy`` measures copies against
+    #: (None: a trace's, whose ``outside_ops.in_ops_us`` is the same time)
+    op_self_us: float | None = None
     outside_ops: OutsideOps | None = None
     gpu: GpuSummary | None = None
     kernel_durations_us: np.ndarray | None = None
@@ -176,7 +179,10 @@ def memcpy_small(inp: FindingInput, th: FindingThresholds) -> Finding | None:
 def copy_heavy(inp: FindingInput, th: FindingThresholds) -> Finding | None:
     copies = _ops(inp, COPYING_OPS)
     copy_us = sum(o.self_us for o in copies)
-    forward_us = inp.outside_ops.in_ops_us if inp.outside_ops else 0.0
+    # against the op time of the same rows, not the op thread's stretches: those leave out the
+    # stops of a thread preempted inside an op (agent/payload/reduce.py: op_time), the rows'
+    # copies do not, and on a starved target copies read 178 % of forward time
+    forward_us = inp.op_self_us or (inp.outside_ops.in_ops_us if inp.outside_ops else 0.0)
     cpu_share = copy_us / forward_us if forward_us else 0.0
     dtod = [r for r in (inp.gpu.memcpy if inp.gpu else ()) if r.kind == "DtoD"]
     gpu_share = sum(r.total_us for r in dtod) / inp.gpu.busy_us if inp.gpu and inp.gpu.busy_us else 0.0

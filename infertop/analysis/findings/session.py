@@ -61,6 +61,7 @@ def snapshot_input(snap: Snapshot) -> FindingInput:
         stage_samples={s.name: s.samples for s in totals},
         stage_where={k: tuple(v) for k, v in where.items()},
         ops=ops,
+        op_self_us=cpu_self or None,
         outside_ops=_outside_ops(snap, cpu_self),
         kernel_durations_us=_kernel_durations(snap),
         transfer_bytes=_transfer_bytes(snap),
