@@ -350,7 +350,7 @@ class PySpyCollector:
             "--duration", str(math.ceil(self.window_s) + 2),
         ] + (["--subprocesses"] if self.children else []) + (
             ["--idle", "--nonblocking"] if wall else [])  # fmt: skip
-        cpu_before = {} if wall else thread_runnable_ns([self.pid, *self._live_children()])
+        runnable_before = {} if wall else thread_runnable_ns([self.pid, *self._live_children()])
         t_start = time.time()
         try:
             self._proc = proc = subprocess.Popen(
@@ -393,7 +393,7 @@ class PySpyCollector:
         rows, bad = parse_raw(text)
         if not wall:  # a sleeping thread py-spy saw as active is not (collect/thread_cpu.py)
             after = thread_runnable_ns([self.pid, *self._live_children()])
-            rows = clamp_to_runnable(rows, cpu_before, after, self.rate_hz)
+            rows = clamp_to_runnable(rows, runnable_before, after, self.rate_hz)
         if self.tag and not self.children:
             self._procs.setdefault(self.pid, (0, read_cmdline(self.pid)))
             thread_pids = {tid: self.pid for tid, _name, _st, _n in rows}

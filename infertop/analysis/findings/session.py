@@ -62,7 +62,7 @@ def snapshot_input(snap: Snapshot) -> FindingInput:
         stage_where={k: tuple(v) for k, v in where.items()},
         ops=ops,
         op_self_us=cpu_self or None,
-        outside_ops=_outside_ops(snap, cpu_self),
+        outside_ops=_outside_ops(snap),
         kernel_durations_us=_kernel_durations(snap),
         transfer_bytes=_transfer_bytes(snap),
         gpu=gpu,
@@ -121,14 +121,14 @@ def _nvml_busy(snap: Snapshot) -> NvmlBusy | None:
     return nvml_busy(snap.nvml.readings, snap.nvml.working, snap.nvml.fold)
 
 
-def _outside_ops(snap: Snapshot, cpu_self: float) -> OutsideOps | None:
+def _outside_ops(snap: Snapshot) -> OutsideOps | None:
     """Time outside torch ops inside the forward, from the windows' op_time (the op thread's
-    stretches of model work). Windows without it (older agents) give only the op time:
-    enough for copy-heavy, not for python-overhead / tiny-ops."""
+    stretches of model work); None where no window measured it (older agents): then
+    python-overhead and tiny-ops stay silent (copy-heavy reads the op rows alone)."""
     t = snap.torch.op_time
     if t is not None and t.wall_us > 0:
         return OutsideOps(wall_us=t.wall_us, in_ops_us=min(t.in_ops_us, t.wall_us), ops=t.ops)
-    return OutsideOps(wall_us=0.0, in_ops_us=cpu_self, ops=0) if cpu_self else None
+    return None
 
 
 def _kernel_durations(snap: Snapshot) -> np.ndarray | None:
