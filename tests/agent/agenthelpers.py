@@ -187,6 +187,18 @@ def threads(pid: int) -> set[int]:
     return {int(t) for t in os.listdir("/proc/%d/task" % pid)}
 
 
+def named(pid: int, tids: set[int]) -> dict[int, str]:
+    """Threads of ``pid`` by their names (``comm``), for a failure that finds one too many."""
+    out = {}
+    for tid in tids:
+        try:
+            with open("/proc/%d/task/%d/comm" % (pid, tid)) as fh:
+                out[tid] = fh.read().strip()
+        except OSError:
+            out[tid] = "(gone)"
+    return out
+
+
 def fds(pid: int) -> int:
     """The process's open descriptors, less a test target's status file while it rewrites it
     (every 0.1 s it opens ``status-*.json.tmp`` and replaces the file: a reading landing inside
