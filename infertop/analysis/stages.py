@@ -52,6 +52,16 @@ class StageRule:
         return short != func and bool(self._func.match(short))
 
 
+_WAIT_RULES = [StageRule.parse(IDLE, p) for p in WAIT_FRAMES]
+
+
+def caught_waiting(frames: Sequence[Frame]) -> bool:
+    """The stack's innermost frame is a blocking wait (``config.WAIT_FRAMES``): the thread
+    waits, whatever stage its stack is in; sampled as active, it was woken or waiting for a CPU
+    or the GIL, not working."""
+    return bool(frames) and any(r.matches(frames[-1]) for r in _WAIT_RULES)
+
+
 class StageClassifier:
     """Classifies stacks (root-first frame lists); memoises by stack id."""
 
@@ -59,7 +69,6 @@ class StageClassifier:
         self.user_rules = [StageRule.parse(s, p) for s, p in user_rules]
         self.generation_rules = [StageRule.parse(s, p) for s, p in GENERATION_RULES]
         self.default_rules = [StageRule.parse(s, p) for s, p in DEFAULT_STAGE_RULES]
-        self.wait_rules = [StageRule.parse(IDLE, p) for p in WAIT_FRAMES]
         self.queue_rules = [r for r in self.default_rules if r.stage == QUEUE]
         self._cache: dict[int, tuple[str, int]] = {}
 
@@ -72,7 +81,7 @@ class StageClassifier:
         hit = self._innermost(frames, self.user_rules) or self._innermost(frames, self.generation_rules)
         if hit is not None:
             return hit
-        if frames and any(r.matches(frames[-1]) for r in self.wait_rules):
+        if caught_waiting(frames):
             return self._innermost(frames, self.queue_rules) or (IDLE, len(frames) - 1)
         return self._innermost(frames, self.default_rules) or (OTHER, -1)
 

@@ -41,6 +41,11 @@ STACKS = {
                          "/site/starlette/requests.py", "Request.json"),
     "ray-replica-forward": ("/site/ray/serve/_private/replica.py", "UserCallableWrapper._call_func_or_gen",
                             "/site/torch/nn/modules/module.py", "Module._call_impl"),
+    # a router's thread that reads its workers' replies, woken in select (stage queue)
+    "reply-reader": ("/srv/router.py", "Router.read_replies", "/usr/lib/python3.12/selectors.py",
+                     "PollSelector.select"),
+    # a batching process at work: stacking the requests it collected (stage queue)
+    "batching": ("/srv/batcher.py", "main", "/srv/batcher.py", "collect_batch"),
 }  # fmt: skip
 
 
@@ -108,3 +113,17 @@ def test_a_ray_serve_replica_is_inference_and_its_proxy_the_api() -> None:
                                                      ("ray-replica-forward", 50, False)]),
     ])  # fmt: skip
     assert roles(s) == {20: "ray serve api", 21: "ray serve inference"}
+
+
+def test_a_router_woken_in_its_waits_stays_the_router_and_batching_work_is_a_batcher() -> None:
+    """samples/multiproc_service.py's router: its reply reader caught in select 12 times in 8 s
+    (active: woken, or waiting for a CPU) made it a "batcher" by the rule's 10 samples, now and
+    then (a CI run's report and the TUI's process list). Waiting is not its work; a process
+    that spends its CPU building batches is a batcher."""
+    s = session([
+        (40, 0, "python router.py", [("reply-reader", 30, False), ("plain", 3, False)]),
+        (41, 40, "python -c spawn_main()", [("forward", 40, False)]),
+        (42, 40, "python -c spawn_main()", [("batching", 30, False), ("reply-reader", 30, False),
+                                            ("plain", 10, False)]),
+    ])  # fmt: skip
+    assert roles(s) == {40: "router", 41: "inference", 42: "batcher"}

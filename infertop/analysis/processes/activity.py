@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from infertop.analysis.session import Session
-from infertop.analysis.stages import IDLE
+from infertop.analysis.stages import IDLE, caught_waiting
 from infertop.model.events import Frame
 
 #: a frame whose file holds one of these serves HTTP (or gRPC): the process is an API
@@ -60,7 +61,8 @@ BY_STAGE: tuple[tuple[str, str], ...] = (
 class Activity:
     """One process's signs: HTTP serving and a framework seen on any stack (CPU or wall
     windows: an idle API still waits in its server's loop), and its active samples by stage
-    (CPU windows, as the process view counts them)."""
+    (CPU windows, as the process view counts them), but those of threads caught in a blocking
+    wait: woken, or waiting for a CPU, they are not its work."""
 
     server: bool = False  # an HTTP server's files (HTTP_FILES but the ASGI apps')
     asgi: bool = False  # an ASGI framework's files
@@ -83,6 +85,20 @@ class Activity:
 _SERVER_FILES = tuple(p for p in HTTP_FILES if p not in ASGI_APP_FILES)
 
 
+class Signs(NamedTuple):
+    """What one stack says of the process it was sampled in."""
+
+    server: bool
+    asgi: bool
+    hosted: bool
+    supervisor: bool
+    manager: bool
+    framework: str | None
+    #: caught in a blocking wait (a reply thread in ``select``): not the process's work, though
+    #: its stage may be ``queue``
+    waiting: bool
+
+
 def _signs(frames: list[Frame]) -> Signs:
     files = [f.file for f in frames]
     server = any(part in f for f in files for part in _SERVER_FILES)
@@ -94,10 +110,9 @@ def _signs(frames: list[Frame]) -> Signs:
         for f in frames
     )
     framework = next((name for part, name in FRAMEWORKS if any(part in f for f in files)), None)
-    return server, asgi, hosted, supervisor, manager, framework
+    return Signs(server, asgi, hosted, supervisor, manager, framework, caught_waiting(frames))
 
 
-Signs = tuple[bool, bool, bool, bool, bool, str | None]
 #: each symbol table's stacks' signs: a stack never changes once defined, and the roles are
 #: asked for at every snapshot of a live session
 _SIGNS: weakref.WeakKeyDictionary[object, dict[int, Signs]] = weakref.WeakKeyDictionary()
@@ -112,38 +127,32 @@ def activities(session: Session) -> dict[int, Activity]:
     out = {pid: Activity() for pid in session.processes}
     memo = _SIGNS.setdefault(session.symbols, {})
 
-    def note(pid: int, sid: int) -> None:
+    def note(pid: int, sid: int, n: int, stage: str | None) -> None:
+        """One stack's ``n`` samples; ``stage`` where they are active (a CPU window's)."""
         signs = memo.get(sid)
         if signs is None:
             signs = memo[sid] = _signs(session.symbols.stack_frames(sid))
         a = out.get(pid)
-        if a is not None:
-            a.server = a.server or signs[0]
-            a.asgi = a.asgi or signs[1]
-            a.hosted = a.hosted or signs[2]
-            a.supervisor = a.supervisor or signs[3]
-            a.manager = a.manager or signs[4]
-            a.framework = a.framework or signs[5]
+        if a is None:
+            return
+        a.server = a.server or signs.server
+        a.asgi = a.asgi or signs.asgi
+        a.hosted = a.hosted or signs.hosted
+        a.supervisor = a.supervisor or signs.supervisor
+        a.manager = a.manager or signs.manager
+        a.framework = a.framework or signs.framework
+        # a thread woken in its wait is not the process's work: a router's reply reader in
+        # select has a few such samples a second, more on a busy machine, which made it a
+        # "batcher" (12 in 8 s; the rule's 10)
+        if stage is not None and stage != IDLE and not signs.waiting:
+            a.stages[stage] = a.stages.get(stage, 0) + n
 
     for pid, folded in session.folded_by_pid.items():
-        a = out.get(pid)
-        if a is None:
-            continue
-        for stage, n in folded.stage_counts.items():
-            if stage != IDLE and n:
-                a.stages[stage] = a.stages.get(stage, 0) + n
-        for sid in folded.stacks:
-            note(pid, sid)
+        for sid, n in folded.stacks.items():
+            note(pid, sid, n, session.stage_of(sid))
     for w in session.windows:
         for tid, sid, n in w.window.counts:
-            pid = owner.get(tid, target)
-            note(pid, sid)
-            if w.wall:
-                continue
-            stage = session.stage_of(sid)
-            a = out.get(pid)
-            if stage != IDLE and a is not None:
-                a.stages[stage] = a.stages.get(stage, 0) + n
+            note(owner.get(tid, target), sid, n, None if w.wall else session.stage_of(sid))
     return out
 
 
