@@ -42,6 +42,7 @@ def one_cycle(pid: int) -> int:
     return windows
 
 
+@pytest.mark.long
 def test_attach_detach_cycles_leave_both_sides_flat(targets):
     target = targets(args=("--workers", "1", "--warm-profiler", "--size", "128"))
     me = os.getpid()

@@ -41,6 +41,7 @@ def _record(tmp_path, *sample_args: str) -> tuple[list[int], dict, list[tuple[fl
     return workers, report_json(out), cpu
 
 
+@pytest.mark.long
 def test_a_slow_replica_is_a_straggler(tmp_path) -> None:
     workers, rep, _ = _record(tmp_path, "--slow-worker", "2", "--slowdown", "1.6")
     found = [f for f in rep["findings"] if f["rule"] == "straggler"]

@@ -27,6 +27,7 @@ def _status(path: Path) -> dict:
         return {}
 
 
+@pytest.mark.long
 @pytest.mark.skipif(not PY312.exists(), reason=f"needs Python 3.12 for sys.monitoring ({PY312})")
 def test_report_explains_the_slow_calls_and_counts_the_pauses(tmp_path: Path) -> None:
     status = tmp_path / "status.json"

@@ -98,6 +98,7 @@ def assert_left_nothing(target: subprocess.Popen[str]) -> None:
     assert ps.stdout.strip() == ""
 
 
+@pytest.mark.long
 def test_a_rule_and_the_auto_trigger_each_catch_their_spell(tmp_path) -> None:
     target = start_spell_loop()
     out = tmp_path / "incidents"
@@ -160,6 +161,7 @@ def test_a_rule_and_the_auto_trigger_each_catch_their_spell(tmp_path) -> None:
         assert any(isinstance(e, OpWindow) for e in rec.events)  # the profiler's windows
 
 
+@pytest.mark.long
 def test_a_quiet_target_writes_nothing_until_sigusr1_and_sigterm_ends_watch(tmp_path) -> None:
     target = start_spell_loop()  # no spell
     out = tmp_path / "incidents"

@@ -57,6 +57,7 @@ def _watch(pid: int, out: Path, seconds: int) -> subprocess.Popen[str]:
     )  # fmt: skip
 
 
+@pytest.mark.long
 @pytest.mark.skipif(not PY312.exists(), reason=f"needs Python 3.12 for sys.monitoring ({PY312})")
 def test_auto_catches_the_spell_once_and_a_quiet_minute_raises_nothing(tmp_path: Path) -> None:
     spelled, quiet = tmp_path / "spelled.json", tmp_path / "quiet.json"
