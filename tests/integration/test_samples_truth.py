@@ -259,9 +259,11 @@ def _record_beside_truth(
 
 #: other processes' CPU (cores, averaged over the recording) above which the machine counts as
 #: busy, and the wall view's tolerance then: under two CPU hogs on the 2 cores the embedding
-#: loop's forward read 3.1 points off its truth in one run of four (docs/performance.md)
+#: loop's forward read 0.2-2.6 points low in 15 runs, py-spy's ticks late while torch's
+#: threads and the hogs hold the cores, and 5.9 low in one under-load run of the suite
+#: (2026-12-07; docs/performance.md); ``[collect] realtime = true`` is the remedy
 BUSY_CORES = 0.3
-BUSY_TOLERANCE = 0.05
+BUSY_TOLERANCE = 0.07
 
 
 class _OtherLoad:

@@ -125,8 +125,10 @@ def _cmdline(proc: psutil.Process) -> list[str]:
         return []
 
 
-def test_demo_starts_the_sample_and_quitting_stops_it() -> None:
-    term = Tmux(f"{sys.executable} -m infertop demo", width=80, height=24)
+def test_demo_starts_the_sample_and_quitting_stops_it(tmp_path) -> None:
+    # the sample's output goes to a log in the temporary folder (here the test's own), not
+    # over the UI
+    term = Tmux(f"TMPDIR={tmp_path} {sys.executable} -m infertop demo", width=80, height=24)
     try:
         term.wait_for(lambda s: "forward" in s and "textgen_service" in s, timeout=45)
         # the planted bottleneck: the naive tokenizer is found and flagged (measured here: the
@@ -148,6 +150,8 @@ def test_demo_starts_the_sample_and_quitting_stops_it() -> None:
             until(lambda: pid_gone(pid), 15, f"the demo's sample (pid {pid}) to stop")
     finally:
         term.kill()
+    (log,) = tmp_path.glob("infertop-demo-*.log")
+    assert "throughput:" in log.read_text()  # the sample's own lines, kept out of the UI
 
 
 def test_run_starts_the_command_shows_it_and_stops_it_on_quit(tmp_path) -> None:
