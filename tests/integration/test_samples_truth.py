@@ -131,9 +131,11 @@ def test_wall_shares_match_ground_truth_with_native_code(
     wall = {s["name"]: s["share"] for s in rep["stages"]}
     cpu = {s["name"]: s["cpu_share"] for s in rep["stages"]}
     ours = {s: wall.get(s, 0.0) / sum(wall.get(x, 0.0) for x in stages) for s in stages}
-    print("stage      ours   truth")
+    print("stage      ours   truth  (wall, CPU view: shares of all samples)")
     for stage in stages:
-        print(f"{stage:<10} {ours[stage]:.3f}  {truth[stage]:.3f}")
+        both = f"({wall.get(stage, 0.0):.3f}, {cpu.get(stage, 0.0):.3f})"
+        print(f"{stage:<10} {ours[stage]:.3f}  {truth[stage]:.3f}  {both}")
+    print(f"other      wall {wall.get('other', 0.0):.3f} (at most {other_max})")
     for stage in stages:
         assert ours[stage] == pytest.approx(truth[stage], abs=tolerance), (stage, ours, truth, cpu)
     # the stages are nearly all of the pipeline thread's wall time: the sleeping helper and the
