@@ -43,7 +43,10 @@ def test_a_generate_call_has_its_batch_tokens_cache_and_first_token(seen: dict) 
     start, first, end = hf["own"]  # ns: around the call, and the streamer's first new token
     assert start <= r["start"] * 1e9 < r["first"] * 1e9 < r["end"] * 1e9 <= end
     own_ttft, our_ttft = first - start, r["first"] * 1e9 - r["start"] * 1e9
-    assert abs(our_ttft - own_ttft) <= 0.15 * own_ttft, (our_ttft, own_ttft)
+    # a ~10 ms span, one call: where its thread waited for a CPU between our clock and the
+    # streamer's (ours 10.1 ms against its 15.9 beside two CPU hogs), those waits are the gap
+    waited = hf["waited"]
+    assert abs(our_ttft - own_ttft) <= 0.15 * own_ttft + waited, (our_ttft, own_ttft, waited)
 
 
 def test_a_generate_call_is_sent_as_its_prefill_then_its_decode(seen: dict) -> None:

@@ -36,6 +36,12 @@ torch.manual_seed(0)
 LAYERS, EMBD = 2, 32
 
 
+def _runqueue_wait_ns() -> int:
+    """How long this thread has waited for a CPU, by the kernel's accounting."""
+    with open("/proc/thread-self/schedstat") as fh:
+        return int(fh.read().split()[1])
+
+
 class FirstToken(BaseStreamer):
     def __init__(self) -> None:
         self.puts, self.first = 0, 0
@@ -249,10 +255,12 @@ def main() -> None:
     model.generate(ids, **kw)  # warm
     mon, gen, spans = monitor()
     streamer = FirstToken()
+    waited = _runqueue_wait_ns()
     start = time.perf_counter_ns()
     model.generate(ids, attention_mask=torch.ones_like(ids), streamer=streamer, **kw)
     end = time.perf_counter_ns()
-    out["hf"] = {**finish(mon, gen, spans), "own": [start, streamer.first, end]}
+    waited = _runqueue_wait_ns() - waited
+    out["hf"] = {**finish(mon, gen, spans), "own": [start, streamer.first, end], "waited": waited}
 
     mon, gen, spans = monitor()
     model.generate(ids[:2], attention_mask=torch.ones_like(ids[:2]), num_beams=2, **kw)
