@@ -18,8 +18,9 @@ pytest_plugins = ["tests.cpu_cost"]  # INFERTOP_TEST_CPU=FILE: each test's CPU (
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The ``long`` tests first, in the order collected: a worker that starts one last (the watch
     tests are collected last) leaves the others idle for its minute (52 s of a 389 s phase,
-    2026-12-07), where started first the shorter tests fill the time it waits. With ``--dist
-    load`` the first tests are dealt out one per worker in turn, so each gets its share."""
+    2026-12-07), where started first the shorter tests fill the time it waits. Under ``make
+    test``'s ``--dist worksteal`` they open the first worker's share and the others take
+    tests from its end (380 s; ``--dist load`` gave that worker the last big file too: 426 s)."""
     items.sort(key=lambda item: item.get_closest_marker("long") is None)
 
 
