@@ -188,7 +188,15 @@ def threads(pid: int) -> set[int]:
 
 
 def named(pid: int, tids: set[int]) -> dict[int, str]:
-    """Threads of ``pid`` by their names (``comm``), for a failure that finds one too many."""
+    """Threads of ``pid`` by their names (``comm``) and their Python stacks where py-spy finds
+    them (none: a native thread, torch's or the C library's), for a failure that finds one too
+    many."""
+    spy = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
+    try:
+        dump = subprocess.run([spy, "dump", "--pid", str(pid)], capture_output=True, text=True,
+                              timeout=30).stdout  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        dump = f"(py-spy dump: {exc})"
     out = {}
     for tid in tids:
         try:
@@ -196,6 +204,9 @@ def named(pid: int, tids: set[int]) -> dict[int, str]:
                 out[tid] = fh.read().strip()
         except OSError:
             out[tid] = "(gone)"
+            continue
+        block = [b for b in dump.split("\nThread ") if b.split(" ", 1)[0] in (str(tid), hex(tid))]
+        out[tid] += " Thread " + block[0] if block else " (no Python stack: a native thread)"
     return out
 
 
