@@ -191,9 +191,10 @@ def named(pid: int, tids: set[int]) -> dict[int, str]:
     """Threads of ``pid`` by their names (``comm``) and their Python stacks where py-spy finds
     them (none: a native thread, torch's or the C library's), for a failure that finds one too
     many."""
-    spy = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
+    from infertop.collect.target import find_pyspy
+
     try:
-        dump = subprocess.run([spy, "dump", "--pid", str(pid)], capture_output=True, text=True,
+        dump = subprocess.run([find_pyspy(), "dump", "--pid", str(pid)], capture_output=True, text=True,
                               timeout=30).stdout  # fmt: skip
     except (OSError, subprocess.TimeoutExpired) as exc:
         dump = f"(py-spy dump: {exc})"
