@@ -52,6 +52,9 @@ class OpTotals:
         self.timed = 0  # windows that carried op_time
         self.top_ops = 0
         self.in_ops_us = self.forward_wall_us = 0.0
+        # the op thread's kernel times over the windows that carried them: on a CPU, waiting
+        self.cpu_run_us = self.cpu_wait_us = 0.0
+        self.cpu_timed = 0
 
     def add(self, w: OpWindow) -> None:
         self.windows += 1
@@ -85,6 +88,10 @@ class OpTotals:
             self.top_ops += w.op_time.ops
             self.in_ops_us += w.op_time.in_ops_us
             self.forward_wall_us += w.op_time.wall_us
+            if w.op_time.run_us is not None and w.op_time.wait_us is not None:
+                self.cpu_timed += 1
+                self.cpu_run_us += w.op_time.run_us
+                self.cpu_wait_us += w.op_time.wait_us
         if w.gpu is not None:
             self.busy_us += w.gpu.busy_us
             self.span_us += w.gpu.span_us
@@ -123,12 +130,17 @@ class OpTotals:
         self.top_ops += other.top_ops
         self.in_ops_us += other.in_ops_us
         self.forward_wall_us += other.forward_wall_us
+        self.cpu_timed += other.cpu_timed
+        self.cpu_run_us += other.cpu_run_us
+        self.cpu_wait_us += other.cpu_wait_us
 
     def op_time(self) -> OpTime | None:
         """The op thread's time summed over the windows that measured it."""
         if not self.timed:
             return None
-        return OpTime(self.top_ops, self.in_ops_us, self.forward_wall_us)
+        if not self.cpu_timed:
+            return OpTime(self.top_ops, self.in_ops_us, self.forward_wall_us)
+        return OpTime(self.top_ops, self.in_ops_us, self.forward_wall_us, self.cpu_run_us, self.cpu_wait_us)
 
     def merged_paths(self) -> list[OpPath]:
         return [

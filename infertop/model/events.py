@@ -222,11 +222,15 @@ class GpuActivity:
 class OpTime:
     """The op thread's time in a window: its top-level ops, grouped into stretches of model
     work (ops less than the agent's ``OP_GAP_NS`` apart); ``wall_us`` is the stretches' length,
-    ``in_ops_us`` the part under an op: the rest is Python and dispatch between ops."""
+    ``in_ops_us`` the part under an op: the rest is Python and dispatch between ops.
+    ``run_us`` / ``wait_us``: the op thread's time on a CPU and waiting on a run queue for one
+    over the window, by the kernel's count (None: not measured: older agents, traces)."""
 
     ops: int
     in_ops_us: float
     wall_us: float
+    run_us: float | None = None
+    wait_us: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -99,7 +99,10 @@ def _decode_op_window(f: list[Any]) -> OpWindow:
     o = f[11] if len(f) > 11 else None  # a trailing field: absent in older windows
     if o is not None and (not isinstance(o, list) or len(o) < 3):
         raise ValueError("bad op time")
-    op_time = None if o is None else OpTime(as_int(o[0]), as_num(o[1]), as_num(o[2]))
+    op_time = None
+    if o is not None:
+        cpu = (as_num(o[3]), as_num(o[4])) if len(o) >= 5 else (None, None)  # 1.x: absent before
+        op_time = OpTime(as_int(o[0]), as_num(o[1]), as_num(o[2]), *cpu)
     return OpWindow(
         as_num(f[0]), as_num(f[1]), as_str(f[2]), as_int(f[3]), f[4],
         paths, kernels, memcpy, syncs, annotations, gpu, op_time,

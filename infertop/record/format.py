@@ -26,6 +26,7 @@ from infertop.model.events import (
     GenerationCall,
     LoopLag,
     Marker,
+    OpTime,
     OpWindow,
     ProcessDef,
     SampleWindow,
@@ -171,6 +172,13 @@ def decode_event(raw: Any) -> Event | None:
 
 
 # -- 1.1: torch-profiler windows and allocator readings ---------------------------------------
+def _op_time_row(t: OpTime) -> list[Any]:
+    row: list[Any] = [t.ops, t.in_ops_us, t.wall_us]
+    if t.run_us is not None and t.wait_us is not None:
+        row += [t.run_us, t.wait_us]
+    return row
+
+
 def encode_op_window(w: OpWindow) -> list[Any]:
     return [
         OPS, w.t_start, w.t_end, w.source, w.events, w.truncated,
@@ -181,5 +189,5 @@ def encode_op_window(w: OpWindow) -> list[Any]:
         [[y.name, y.count, y.total_us] for y in w.syncs],
         [[a.name, a.tid, a.t_start, a.t_end] for a in w.annotations],
         None if w.gpu is None else [w.gpu.busy_us, w.gpu.span_us, w.gpu.max_gap_us],
-        None if w.op_time is None else [w.op_time.ops, w.op_time.in_ops_us, w.op_time.wall_us],
+        None if w.op_time is None else _op_time_row(w.op_time),
     ] + ([w.pid] if w.pid else [])  # fmt: skip

@@ -158,3 +158,46 @@ def test_op_time_keeps_device_waits_as_op_time() -> None:
         t += dur + 100.0
     got = PL.reduce_events(on_gpu, 0.0, 1.0, device_profiled=True)["op_time"]
     assert got["in_ops_us"] == pytest.approx(45 * 900.0 + 5 * 30_000.0)
+
+
+def test_op_thread_cpu_is_the_op_thread_s_kernel_count_over_the_window() -> None:
+    op = {"tid": 7, "ops": 10, "in_ops_us": 1.0, "wall_us": 2.0}
+    PL.op_thread_cpu(op, {7: (1_000_000, 50_000), 8: (0, 0)}, {7: (3_000_000, 2_050_000), 8: (9, 9)})
+    assert (op["run_us"], op["wait_us"]) == (2000.0, 2000.0)
+    for start, end in (({}, {7: (1, 1)}), ({7: (5, 5)}, {}), ({7: (5, 5)}, {7: (4, 9)})):
+        kept = {"tid": 7, "ops": 1}
+        PL.op_thread_cpu(kept, start, end)  # no reading, or one that went back: nothing said
+        assert kept == {"tid": 7, "ops": 1}
+    PL.op_thread_cpu(None, {}, {})  # a window without CPU ops
+
+
+def starved(w: OpWindow, rows: tuple[OpPath, ...], run_us: float, wait_us: float) -> OpWindow:
+    t = w.op_time
+    assert t is not None
+    return OpWindow(w.t_start, w.t_end, "agent", 10, False, rows,
+                    op_time=OpTime(t.ops, t.in_ops_us, t.wall_us, run_us, wait_us))  # fmt: skip
+
+
+@pytest.mark.parametrize("wait_us, says", [(24_000.0, False), (25_000.0, True), (60_000.0, True)])
+def test_op_timing_rules_say_when_the_op_thread_waited_for_a_cpu(wait_us: float, says: bool) -> None:
+    """A healthy service beside two CPU hogs read copy-heavy (14 % of forward; 2-3 % alone): its
+    op thread waited for a CPU 56 % of its runnable time, and a stop inside a copy is copy time.
+    From a quarter of the runnable time waited, copy-heavy and python-overhead say so, low."""
+    w = window(0, 50_000.0, 100_000.0, 500)  # 50 % outside ops: python-overhead, medium
+    rows = w.paths + (OpPath(("aten::clone",), "forward", "cpu", 50, 25_000.0, 25_000.0),)  # 33 %
+    found = rules(starved(w, rows, 100_000.0 - wait_us, wait_us))
+    for rule, alone in (("copy-heavy", "medium"), ("python-overhead", "medium")):  # alone
+        f = found[rule]
+        assert f.severity == ("low" if says else alone)
+        assert ("waited for a CPU" in f.title) is says
+        assert f.evidence.get("op_thread_waited_for_cpu") == (round(wait_us / 100_000.0, 3) if says else None)
+    alone = OpWindow(w.t_start, w.t_end, "agent", 10, False, rows, op_time=w.op_time)
+    assert rules(alone)["copy-heavy"].severity == "medium"  # no kernel count: as it was
+
+
+def test_the_op_thread_s_cpu_times_travel_in_recordings() -> None:
+    w = window(0, 70_000.0, 100_000.0, 500)
+    timed = starved(w, w.paths, 80_000.0, 20_000.0)
+    raw = msgpack.unpackb(msgpack.packb(encode_event(timed)))
+    assert decode_event(raw) == timed and decode_event(raw).op_time.wait_us == 20_000.0
+    assert decode_event(msgpack.unpackb(msgpack.packb(encode_event(w)))).op_time.run_us is None

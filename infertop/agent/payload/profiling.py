@@ -13,7 +13,7 @@ from infertop.agent.payload.constants import (
 )
 from infertop.agent.payload.kineto import _KinetoLog, kineto_events
 from infertop.agent.payload.memory import _trim_heap
-from infertop.agent.payload.reduce import reduce_events
+from infertop.agent.payload.reduce import op_thread_cpu, reduce_events
 from infertop.agent.payload.window import _experimental_config, _torch, _warm_up, _Window
 
 # -- end --
@@ -146,6 +146,7 @@ class _ProfilingMixin:
             events = kineto_events(raw, max_events, window.record_shapes, end_ns=stopped_ns)
             del raw
             body = reduce_events(events, t_start, t_end, device_profiled=window.use_cuda)
+            op_thread_cpu(body["op_time"], window.cpu_start, window.cpu_end)
         except Exception as exc:
             self._send({"type": "status", "state": "window-failed", "message": "cannot read profile: %s" % exc})
             return

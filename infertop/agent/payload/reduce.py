@@ -434,6 +434,21 @@ def op_time(tops_by_tid, gap_ns=OP_GAP_NS, stops=True):
     return {"tid": best, "ops": len(tops), "in_ops_us": _us(in_ops), "wall_us": _us(wall)}
 
 
+def op_thread_cpu(op, cpu_start, cpu_end):
+    """Add to ``op`` (an ``op_time``, or None) what its thread did from the window's start to
+    its stop by the kernel's count (``_threads_cpu`` readings at both ends): ``run_us`` on a CPU,
+    ``wait_us`` on a run queue waiting for one. A thread preempted inside an op has the wait in
+    that op's time; a copy's wait is never taken out (``op_time``), so the copy-heavy rule says
+    how long the thread waited. Left as it is where either reading lacks the thread."""
+    if op is None:
+        return
+    a, b = cpu_start.get(op["tid"]), cpu_end.get(op["tid"])
+    if a is None or b is None or b[0] < a[0] or b[1] < a[1]:
+        return
+    op["run_us"] = _us(b[0] - a[0])
+    op["wait_us"] = _us(b[1] - a[1])
+
+
 def gpu_busy(intervals, t_start, t_end):
     """Union of device activity: busy µs, the window's span µs, and the longest idle gap µs
     (counting the stretches before the first and after the last activity in the window)."""

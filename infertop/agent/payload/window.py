@@ -3,6 +3,7 @@ start, stop, warm-up."""
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -41,6 +42,25 @@ def _experimental_config(torch):
         return None, False
 
 
+def _threads_cpu():
+    """{native tid: (ns on a CPU, ns waiting on a run queue for one)} of this process's threads,
+    from the kernel's ``/proc/self/task/TID/schedstat`` ({} where there is none): what the op
+    thread waited for a CPU during a window, whose op times hold those stops."""
+    out = {}
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open("/proc/self/task/%s/schedstat" % tid, "rb") as f:
+                run, wait = f.read().split()[:2]
+            out[int(tid)] = (int(run), int(wait))
+        except (OSError, ValueError):
+            continue
+    return out
+
+
 def _new_profile(torch, record_shapes, experimental_config, use_cuda):
     """A low-level ``torch.autograd.profiler.profile`` (not ``torch.profiler.profile``, whose
     prepare step imports ``torch._inductor``: ~1 s and much memory in a target that never did)."""
@@ -68,6 +88,7 @@ class _Window:
         self.started_mono = 0.0
         self.running = False
         self.grace_s = 0.0  # of the stop, spent waiting for ops to drain (costs the target nothing)
+        self.cpu_start = self.cpu_end = {}  # _threads_cpu() as the window starts and as it stops
 
     def start(self):
         prof = self.prof
@@ -84,6 +105,7 @@ class _Window:
         self.t_start = time.time()
         self.started_mono = time.monotonic()
         self.running = True
+        self.cpu_start = _threads_cpu()
 
     def stop(self):
         """End the window; returns the raw ``_KinetoEvent`` list (or [] on failure)."""
@@ -93,6 +115,7 @@ class _Window:
         if age < MIN_WINDOW_S:
             time.sleep(MIN_WINDOW_S - age)  # see MIN_WINDOW_S
         self.running = False
+        self.cpu_end = _threads_cpu()
         c10_level = self.kineto_log.quiet_c10()
         try:
             self.grace_s = _remove_op_callbacks(self.torch, self.prof)

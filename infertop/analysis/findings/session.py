@@ -63,6 +63,7 @@ def snapshot_input(snap: Snapshot) -> FindingInput:
         ops=ops,
         op_self_us=cpu_self or None,
         outside_ops=_outside_ops(snap),
+        op_thread_waited=_op_thread_waited(snap),
         kernel_durations_us=_kernel_durations(snap),
         transfer_bytes=_transfer_bytes(snap),
         gpu=gpu,
@@ -129,6 +130,15 @@ def _outside_ops(snap: Snapshot) -> OutsideOps | None:
     if t is not None and t.wall_us > 0:
         return OutsideOps(wall_us=t.wall_us, in_ops_us=min(t.in_ops_us, t.wall_us), ops=t.ops)
     return None
+
+
+def _op_thread_waited(snap: Snapshot) -> float | None:
+    """The op thread's time waiting for a CPU in the windows, of its runnable time; None where
+    no window measured it (older agents, traces)."""
+    t = snap.torch.op_time
+    if t is None or t.run_us is None or t.wait_us is None or t.run_us + t.wait_us <= 0:
+        return None
+    return t.wait_us / (t.run_us + t.wait_us)
 
 
 def _kernel_durations(snap: Snapshot) -> np.ndarray | None:

@@ -205,7 +205,12 @@ def _generation(r: list[Any]) -> GenerationCall:
 
 
 def _op_time(o: Any) -> list[Any] | None:
-    return None if o is None else [o["ops"], o["in_ops_us"], o["wall_us"]]
+    if o is None:
+        return None
+    row = [o["ops"], o["in_ops_us"], o["wall_us"]]
+    if "wait_us" in o:  # the op thread's kernel times: agents before it did not send them
+        row += [o["run_us"], o["wait_us"]]
+    return row
 
 
 def convert(msg: dict[str, Any]) -> list[Event]:
