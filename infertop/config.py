@@ -243,7 +243,7 @@ class FindingThresholds:
     copy_heavy_share: float = 0.10  # copies ≥ 10 % of forward / GPU time
     python_overhead_share: float = 0.30  # ≥ 30 % of forward wall outside torch ops
     python_overhead_min_ops: int = 100  # ... judged only with enough ops to judge by
-    #: copy-heavy and python-overhead read op timings; where the op thread waited this share of
+    #: copy-heavy, python-overhead and tiny-ops (CPU) read op timings; where the op thread waited this share of
     #: its runnable time for a CPU in the windows, its stops are in them: the finding says so
     #: and is low at most
     starved_share: float = 0.25

@@ -182,7 +182,8 @@ def starved(w: OpWindow, rows: tuple[OpPath, ...], run_us: float, wait_us: float
 def test_op_timing_rules_say_when_the_op_thread_waited_for_a_cpu(wait_us: float, says: bool) -> None:
     """A healthy service beside two CPU hogs read copy-heavy (14 % of forward; 2-3 % alone): its
     op thread waited for a CPU 56 % of its runnable time, and a stop inside a copy is copy time.
-    From a quarter of the runnable time waited, copy-heavy and python-overhead say so, low."""
+    From a quarter of the runnable time waited, copy-heavy, python-overhead and the CPU-only
+    tiny-ops say so, low."""
     w = window(0, 50_000.0, 100_000.0, 500)  # 50 % outside ops: python-overhead, medium
     rows = w.paths + (OpPath(("aten::clone",), "forward", "cpu", 50, 25_000.0, 25_000.0),)  # 33 %
     found = rules(starved(w, rows, 100_000.0 - wait_us, wait_us))
@@ -191,6 +192,9 @@ def test_op_timing_rules_say_when_the_op_thread_waited_for_a_cpu(wait_us: float,
         assert f.severity == ("low" if says else alone)
         assert ("waited for a CPU" in f.title) is says
         assert f.evidence.get("op_thread_waited_for_cpu") == (round(wait_us / 100_000.0, 3) if says else None)
+    tiny = window(0, 4_500.0, 10_000.0, 500)  # 9 µs ops, the timeline idle 55 % of the time
+    f = rules(starved(tiny, tiny.paths, 10_000.0 - wait_us / 10, wait_us / 10))["tiny-ops"]  # CPU-only
+    assert (f.severity, "op_thread_waited_for_cpu" in f.evidence) == (("low", True) if says else ("medium", False))
     alone = OpWindow(w.t_start, w.t_end, "agent", 10, False, rows, op_time=w.op_time)
     assert rules(alone)["copy-heavy"].severity == "medium"  # no kernel count: as it was
 

@@ -268,7 +268,7 @@ def tiny_ops(inp: FindingInput, th: FindingThresholds) -> Finding | None:
     if o is not None and o.ops >= th.python_overhead_min_ops and inp.gpu is None:
         mean = o.in_ops_us / o.ops
         if mean < th.tiny_ops_us and o.outside_share >= th.python_overhead_share:
-            return Finding(
+            return _starved(inp, th, Finding(
                 "tiny-ops",
                 _severity(o.outside_share, 0.45, 0.6),
                 f"{o.ops} top-level ops average {mean:.1f} µs and the op timeline is idle "
@@ -277,7 +277,7 @@ def tiny_ops(inp: FindingInput, th: FindingThresholds) -> Finding | None:
                  "outside_share": round(o.outside_share, 4)},  # fmt: skip
                 (),
                 "launch-bound: fewer, larger ops (vectorise the loop), or torch.compile",
-            )
+            ))
     return None
 
 
