@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import glob
 import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -22,8 +24,6 @@ pytestmark = pytest.mark.slow
 
 
 def python_threads(pid: int) -> list[str]:
-    import subprocess
-    import sys
     from pathlib import Path
 
     out = subprocess.run(
@@ -62,6 +62,18 @@ def agent_statuses(path: str) -> list[tuple[float, str, str]]:
         (round(e.t, 2), e.state, e.message)
         for e in read_recording(path).events
         if isinstance(e, CollectorStatus) and e.collector == "agent"
+    ]
+
+
+def op_times(path: str) -> list[tuple[float, object]]:
+    """(seconds, op_time) of each profiler window of a recording that measured op time."""
+    from infertop.model.events import OpWindow
+    from infertop.record.reader import read_recording
+
+    return [
+        (e.t_end - e.t_start, e.op_time)
+        for e in read_recording(path).events
+        if isinstance(e, OpWindow) and e.op_time is not None
     ]
 
 
@@ -122,6 +134,10 @@ def test_injected_agent_brings_torch_ops_and_leaves_nothing(tmp_path, sample: st
     assert aten, (rep["ops"][:5], agent_statuses(out))
     assert rep["profiler"]["windows"] >= 1
     assert all(o.get("stage") == "forward" for o in aten[:5])
+    # each window says what its op thread did by the kernel's count, from the window's start to
+    # its stop (a truncated window's span ends earlier: the python loop's 22 ms held 95 ms)
+    for span, t in op_times(out):
+        assert t.run_us is not None and t.wait_us is not None and t.run_us > 0, (span, t)
     # the findings a user gets on each sample, live (docs/findings.md)
     rules = {f["rule"] for f in rep["findings"]}
     if sample == "copy_heavy":
@@ -172,3 +188,45 @@ def test_target_without_torch_gets_the_agent_and_says_what_it_lacks(tmp_path, re
     agent = [e for e in read_recording(out).events if isinstance(e, CollectorStatus) and e.collector == "agent"]
     assert any(e.state == "unavailable" and "torch is not imported" in e.message for e in agent), agent
     assert agent[-1].state == "stopped" and agent[-1].message == "detached"
+
+
+# solo: two hogs fill one core for the recording's length
+@pytest.mark.solo
+def test_copies_timed_on_a_starved_core_say_so(tmp_path) -> None:
+    """The copy-heavy sample shares one core with two CPU hogs: its op thread is runnable all the
+    time and on a CPU a third of it, and its stops land inside whichever op runs, copies as well.
+    The finding still comes, low, and says how long the op thread waited for a CPU by the
+    kernel's count (the agent's readings of its schedstat in each window)."""
+    cpu = min(os.sched_getaffinity(0))
+
+    def on_cpu() -> None:
+        os.sched_setaffinity(0, {cpu})
+
+    truth = str(tmp_path / "truth.json")
+    target = start_target(["-m", "samples.copy_heavy", "--truth", truth], preexec_fn=on_cpu)
+    hogs = []
+    try:
+        until(lambda: read_truth(truth)["requests"] >= 3, 60, f"3 requests in {truth}")
+        hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"], preexec_fn=on_cpu)
+                for _ in range(2)]  # fmt: skip
+        out = str(tmp_path / "starved.infertop")
+        p = infertop("record", str(target.pid), "-o", out, "--duration", "6",
+                     "--inject", "--profile-period", "1", "--profile-window", "0.3")  # fmt: skip
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
+        _, err = stop_target(target)
+    assert p.returncode == 0, p.stderr
+    assert err == "", err[:500]
+    windows = op_times(out)
+    assert windows, agent_statuses(out)
+    waited = sum(t.wait_us for _, t in windows) / sum(t.run_us + t.wait_us for _, t in windows)
+    print(f"op thread waited {waited:.0%} in {len(windows)} windows")
+    assert waited > 0.5, windows  # a third of a core: two thirds of its runnable time waiting
+    copies = [f for f in report_json(out)["findings"] if f["rule"] == "copy-heavy"]
+    assert copies, report_json(out)["findings"]
+    f = copies[0]
+    print(f["severity"], f["title"])
+    assert f["severity"] == "low" and "waited for a CPU" in f["title"], f
+    assert f["evidence"]["op_thread_waited_for_cpu"] == pytest.approx(waited, abs=0.01), (f, windows)
