@@ -16,7 +16,7 @@ import time
 
 import psutil
 import pytest
-from agenthelpers import Client, clean_env, named, threads, wait_until
+from agenthelpers import Client, clean_env, named, settled, threads, wait_until
 
 from infertop.agent import protocol as P
 from infertop.agent.inject import inject
@@ -128,7 +128,11 @@ def test_infertop_killed_while_the_agent_profiles(targets, tmp_path):
     (socket removed, its thread gone), py-spy goes too, and the target runs on, clean; the
     recording reads up to the kill."""
     target = targets(args=("--workers", "1", "--warm-profiler"))
-    before = threads(target.pid)
+    # its threads once they stop changing, as the other leak tests take them (test_inject,
+    # test_soak_cycles): read at once, a thread still starting in the target counts as left by
+    # the killed session. Under two CPU hogs one native thread (comm ``python``, no Python
+    # stack) was extra 30 s after the kill (2026-12-07; twice before); not proven to be that
+    before = settled(lambda: threads(target.pid))
     out = str(tmp_path / "killed.infertop")
     rec = _record(target.pid, out, "--profile-window", "0.3", "--profile-period", "1")
     sock = P.socket_path(target.pid, os.geteuid())

@@ -121,9 +121,12 @@ def test_wall_shares_match_ground_truth_with_native_code(
         # laptop): py-spy's ticks come late, more so while the stage on a native thread pool
         # holds both cores; measured under two CPU hogs on 2 cores (docs/performance.md).
         # The CPU view's shortfall on the GIL-released encode shrinks there too: 12.6 % against
-        # the wall's 15.5 % under two hogs, 4.6 % against 12.3 % on a quiet machine
+        # the wall's 15.5 % under two hogs, 4.6 % against 12.3 % on a quiet machine, and it can
+        # turn: the embedding loop's encode read 14.6 % in the CPU view against the wall's 13.6 %
+        # (truth 14.3 %) with 1.36 cores taken (2026-12-07), where every thread waiting for a
+        # CPU is active. So the gap is a quiet machine's claim only
         tolerance = max(tolerance, BUSY_TOLERANCE)
-        cpu_gap = 0.0 if cpu_gap is not None else None
+        cpu_gap = None
     print(f"other processes took {load.cores:.2f} cores: tolerance {tolerance:.2f}")
     truth = {s: spent.get(s, 0.0) / sum(spent.get(x, 0.0) for x in stages) for s in stages}
     rep = report_json(out)
