@@ -138,9 +138,8 @@ class OpTotals:
         """The op thread's time summed over the windows that measured it."""
         if not self.timed:
             return None
-        if not self.cpu_timed:
-            return OpTime(self.top_ops, self.in_ops_us, self.forward_wall_us)
-        return OpTime(self.top_ops, self.in_ops_us, self.forward_wall_us, self.cpu_run_us, self.cpu_wait_us)
+        cpu = (self.cpu_run_us, self.cpu_wait_us) if self.cpu_timed else (None, None)
+        return OpTime(self.top_ops, self.in_ops_us, self.forward_wall_us, *cpu)
 
     def merged_paths(self) -> list[OpPath]:
         return [

@@ -41,7 +41,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from infertop.analysis.shares import percentile
-from infertop.model.events import StageSpan
+from infertop.model.events import StageSpan, waited_share
 
 #: how far behind ``now`` the spans may be before a window's end stops waiting for them
 LAG_S = 1.0
@@ -264,7 +264,7 @@ class Triggers:
         lo, hi = bisect.bisect_right(ends, t0), bisect.bisect_right(ends, t1)
         run = sum(c[1] for c in self.cpu[lo:hi])
         wait = sum(c[2] for c in self.cpu[lo:hi])
-        return wait / (run + wait) if run + wait > 0 else None
+        return waited_share(run, wait)
 
     def _starved(self, firing: Firing, end: float) -> Firing:
         """``firing`` with the machine's share in it when its window was starved of CPU."""

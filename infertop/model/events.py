@@ -232,6 +232,19 @@ class OpTime:
     run_us: float | None = None
     wait_us: float | None = None
 
+    @property
+    def waited(self) -> float | None:
+        """The op thread's share of its runnable time spent waiting for a CPU; None unmeasured."""
+        if self.run_us is None or self.wait_us is None:
+            return None
+        return waited_share(self.run_us, self.wait_us)
+
+
+def waited_share(run: float, wait: float) -> float | None:
+    """Of a runnable time (``run`` on a CPU, ``wait`` on a run queue), the share spent waiting;
+    None where there was none."""
+    return wait / (run + wait) if run + wait > 0 else None
+
 
 @dataclass(frozen=True, slots=True)
 class OpWindow:

@@ -136,9 +136,7 @@ def _op_thread_waited(snap: Snapshot) -> float | None:
     """The op thread's time waiting for a CPU in the windows, of its runnable time; None where
     no window measured it (older agents, traces)."""
     t = snap.torch.op_time
-    if t is None or t.run_us is None or t.wait_us is None or t.run_us + t.wait_us <= 0:
-        return None
-    return t.wait_us / (t.run_us + t.wait_us)
+    return None if t is None else t.waited
 
 
 def _kernel_durations(snap: Snapshot) -> np.ndarray | None:
