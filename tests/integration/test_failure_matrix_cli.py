@@ -128,9 +128,10 @@ def test_disk_full_while_recording_stops_with_a_readable_recording(tmp_path) -> 
     script.write_text(DEEP)
     target = start_target([str(script)])
     try:
-        # leave ~64 KiB: a few seconds of this target's new stacks
+        # leave 16 KiB: a few seconds of this target's new stacks (its recording grows ~4 KiB
+        # a second, and holds a sample window from its first second)
         with open(os.path.join(disk, "filler"), "wb") as fh:
-            fh.write(b"\0" * (256 - 64) * 1024)
+            fh.write(b"\0" * (256 - 16) * 1024)
         out = os.path.join(disk, "full.infertop")
         t0 = time.monotonic()
         p = infertop("record", str(target.pid), "-o", out, "--duration", "120", "--no-inject")
