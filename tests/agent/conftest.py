@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import sys
 from pathlib import Path
 
@@ -26,3 +27,12 @@ def targets(tmp_path):
     for t in started:
         if t.proc.poll() is None:
             t.stop()
+
+
+@pytest.fixture
+def nobody_socket_dir_turn():
+    """The tests that plant, make or remove user nobody's socket folder (/tmp/infertop-65534)
+    take turns, whichever workers run them (``make test-together`` runs them side by side)."""
+    with open("/tmp/infertop-tests-nobody.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        yield

@@ -415,7 +415,7 @@ def test_peer_of_another_user_gets_no_reply(targets):
 
 @pytest.mark.solo  # makes and removes /tmp/infertop-65534, which test_security plants
 @pytest.mark.skipif(not _nobody_can_run_python(), reason="user nobody cannot run the venv's python here")
-def test_root_injects_into_another_users_process(targets):
+def test_root_injects_into_another_users_process(nobody_socket_dir_turn, targets):
     """root may inject anywhere: the socket directory and boot file are made for the target's
     user, and the agent (running as that user) talks to root."""
     import tempfile

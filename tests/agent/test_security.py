@@ -98,7 +98,7 @@ def _plant(kind: str, where: str) -> None:
 @pytest.mark.solo  # plants /tmp/infertop-65534, which every test as user nobody uses
 @pytest.mark.skipif(not _nobody_runs_python(), reason="needs root, setpriv, python for nobody")
 @pytest.mark.parametrize("kind", ["symlink", "foreign owner", "loose mode"])
-def test_a_planted_socket_directory_stops_the_injection(targets, kind: str):
+def test_a_planted_socket_directory_stops_the_injection(nobody_socket_dir_turn, targets, kind: str):
     """root injecting into user nobody's process: /tmp/infertop-65534 is a symlink, someone
     else's, or open to all. Nothing is written, nothing runs in the target, and it says why."""
     where = P.socket_dir(NOBODY)
