@@ -51,10 +51,10 @@ test: $(STAMP) $(VENV312)/.installed $(VENVHTA)/.installed
 	$(PY) -m pytest -q -m solo || rc=$$?; \
 	exit $$rc
 
-# every test at once, the solo ones beside the rest on the same workers: 980 tests in 8:53 on 2
+# every test at once, the solo ones beside the rest on the same workers: 980 tests in 8:49-9:02 on 2
 # quiet cores (make test: 12:45, 2026-12-07). The ground-truth tests measure the CPU that other
 # processes took while they recorded and judge themselves at their busy-machine bars then (7-10
-# points of the truth, not 3-5): a fast check of everything, not the accuracy check; CI runs
+# points of the truth, not 4-7): a fast check of everything, not the accuracy check; CI runs
 # make test
 test-together: $(STAMP) $(VENV312)/.installed $(VENVHTA)/.installed
 	$(PY) -m pytest -q -n $(WORKERS) --dist worksteal
