@@ -103,36 +103,80 @@ def test_triton_s_model_class_is_found_on_sys_and_in_a_loaded_module(monkeypatch
     assert TritonPythonModel.execute.__code__ not in found
 
 
-def test_a_model_and_a_stage_function_in_a_frozen_heap_are_found(monkeypatch, models) -> None:
-    """A Ray Serve replica freezes its heap after its deployment's ``__init__``
-    (``gc.freeze()``): the collector then lists none of it, and the agent finds the model, and
-    a ``--stage`` rule's function, through what the loaded modules reach."""
+def test_a_stage_function_in_a_frozen_heap_is_found_through_its_module(monkeypatch, models) -> None:
+    """vLLM's processes and a Ray Serve replica freeze their heaps (``gc.freeze()``): the
+    collector then lists none of it; a ``--stage`` rule's function is found in the dictionaries
+    of the loaded modules and their classes, without a walk of the heap."""
     import sys
     import types
 
-    torch, _Block, Model = models
-    monkeypatch.setattr(stages, "MAX_MODEL_CODES", 10_000)
     app = types.ModuleType("frozen_app")
-    exec("def handler(x):\n    return x\n", app.__dict__)
-
-    class Replica:  # the framework's object holding the user's, holding the model
-        def __init__(self) -> None:
-            self.user = {"model": Model()}
-
-    app.replica = Replica()
+    exec(
+        "import functools\n"
+        "def handler(x):\n    return x\n"
+        "def deco(f):\n    @functools.wraps(f)\n    def w(*a):\n        return f(*a)\n    return w\n"
+        "class Engine:\n"
+        "    def step(self):\n        return 1\n"
+        "    @staticmethod\n    def make_batch():\n        return []\n"
+        "    @deco\n    def schedule(self):\n        return 2\n",
+        app.__dict__,
+    )
     monkeypatch.setitem(sys.modules, "frozen_app", app)
-    forward = Model.forward.__wrapped__.__code__
-    patterns = stages.parse_stage_patterns([["handle", "*:handler"]])
-    stages._FROZEN_CACHE[1] = None
+    patterns = stages.parse_stage_patterns(
+        [["handle", "*:handler"], ["step", "Engine.step"], ["batch", "*make_batch"],
+         ["schedule", "Engine.schedule"]]
+    )  # fmt: skip
     gc.collect()
     gc.freeze()
     try:
+        monkeypatch.setattr(stages, "MIN_FROZEN", 0)
         with monkeypatch.context() as m:  # the collector's list alone: nothing to be found
-            m.setattr(stages, "frozen_reachable", lambda limit=None: [])
-            assert forward not in find_model_codes()
+            m.setattr(stages, "loaded_functions", lambda limit=None, pace=None: [])
             assert app.handler.__code__ not in stages.find_stage_codes(patterns)
-        assert forward in find_model_codes()
-        assert stages.find_stage_codes(patterns).get(app.handler.__code__) == "handle"
+        found = stages.find_stage_codes(patterns)
+        assert found.get(app.handler.__code__) == "handle"
+        assert found.get(app.Engine.step.__code__) == "step"
+        assert found.get(app.Engine.make_batch.__code__) == "batch"
+        assert found.get(app.Engine.schedule.__wrapped__.__code__) == "schedule"
     finally:
         gc.unfreeze()
-        stages._FROZEN_CACHE[1] = None
+
+
+def test_a_model_is_found_on_the_stack_of_the_thread_running_its_forward(models) -> None:
+    """A model held in a frozen heap (or built after the configuration) is found when its
+    forward runs: the outermost forward a module's call called, under its decorator; not a
+    sub-module's."""
+    import sys
+    import threading
+
+    torch, Block, Model = models
+    inside, release = threading.Event(), threading.Event()
+
+    class Waiting(torch.nn.Module):  # a sub-module that holds the forward open
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            inside.set()
+            release.wait(10)
+            return x
+
+    model = Model()
+    model.blocks.append(Waiting())
+    t = threading.Thread(target=model, args=(torch.zeros(1, 4),), daemon=True)
+    t.start()
+    try:
+        assert inside.wait(10)
+        codes = stages.models_on_stacks(sys._current_frames())
+        assert stages.models_on_stacks(sys._current_frames(), ignore=(t.ident,)) == []
+    finally:
+        release.set()
+        t.join(10)
+    assert codes == [Model.forward.__wrapped__.__code__]
+
+
+def test_looking_through_the_modules_keeps_to_its_share_of_a_core() -> None:
+    """The frozen heap's look through the loaded modules sleeps off all but its share of the
+    CPU it takes (its own thread's time, measured)."""
+    pace = stages.Paced(share=0.25, step_s=0.0005)
+    funcs = stages.loaded_functions(pace=pace)
+    assert len(funcs) > 1000  # this process's modules define thousands of functions
+    if pace.cpu_s:  # steps were taken: each slept three times its CPU
+        assert pace.slept_s == pytest.approx(pace.cpu_s * 3, rel=1e-6)

@@ -15,6 +15,7 @@ from infertop.agent.payload.callsamples import _CallSamplerMixin
 from infertop.agent.payload.constants import (
     ALLOCATOR_EVERY_S,
     DEFAULT_CONFIG,
+    MODEL_SCAN_S,
     REGISTRY_KEY,
     SPAN_FLUSH_S,
     THREAD_NAME,
@@ -173,7 +174,7 @@ class _Agent(
         if self.started:
             wake = min(
                 wake, self.next_span_flush, self.next_allocator, self.next_call_sample,
-                self._pauses_due(),
+                self.next_model_scan, self._pauses_due(),
             )  # fmt: skip
         # rounded up: a timeout rounded down to 0 ms would spin until the deadline
         fds = self._wait_for_io(max(0, int(math.ceil((wake - now) * 1000))))
@@ -196,6 +197,7 @@ class _Agent(
         if self.window is None and now >= self.next_window:
             self._begin_window()
         self._tick_call_samples(now)
+        self._tick_models(now)
         self._tick_pauses(now)
         if now >= self.next_span_flush:
             self.next_span_flush = now + SPAN_FLUSH_S
@@ -241,6 +243,9 @@ class _Agent(
         self._close_client()
         self.config = dict(DEFAULT_CONFIG)
         self.stage_codes = {}
+        self.pattern_codes = {}
+        self.model_codes = []
+        self.next_model_scan = float("inf")
         self.stage_filters = {}
         self.stage_returns = {}
         self.generation_codes = {}
@@ -256,6 +261,7 @@ class _Agent(
             self.next_window = max(now, self.next_window)  # a backed-off period still holds
             self.next_span_flush = now + SPAN_FLUSH_S
             self.next_allocator = now
+            self.next_model_scan = now + MODEL_SCAN_S
             self.clock_offset_ns = time.time_ns() - time.perf_counter_ns()
         self._install_sink()
         if self.stage_codes and self.monitor is None:

@@ -15,6 +15,7 @@ from infertop.agent.payload.constants import (
     DEFAULT_CONFIG,
     LIMITS,
     MAX_STAGE_FUNCTIONS,
+    MODEL_SCAN_S,
     SEND_TIMEOUT_S,
 )
 from infertop.agent.payload.generation import find_generation_codes, transformers_warning
@@ -22,9 +23,11 @@ from infertop.agent.payload.monitor import _Monitor
 from infertop.agent.payload.stages import (
     _CALL_FILTERS,
     _RETURN_FILTERS,
+    MAX_MODEL_CODES,
     find_known_codes,
     find_model_codes,
     find_stage_codes,
+    models_on_stacks,
     parse_stage_patterns,
 )
 from infertop.agent.payload.window import _cuda_in_use, _torch
@@ -55,6 +58,9 @@ class _ServingMixin:
         self.session = False  # a client configured or started something
         self.idle_since = time.monotonic()
         self.statuses_sent = set()
+        self.pattern_codes = {}  # the user's stage rules' functions (configure)
+        self.model_codes = []  # the models' forwards timed (configure, then _tick_models)
+        self.next_model_scan = float("inf")
 
     def open(self):
         # the socket folder is shared by every agent and injector of this user, and each one
@@ -285,44 +291,78 @@ class _ServingMixin:
             new["period_s"] = new["window_s"]
         self.config = new
         if patterns is not None:
-            codes = find_stage_codes(patterns) if _Monitor.available() else {}
-            filters, returns = {}, {}
-            gen_codes, models = {}, []
+            self.pattern_codes = find_stage_codes(patterns) if _Monitor.available() else {}
+            models = []
             if _Monitor.available():
                 try:
                     models = find_model_codes()
                 except Exception:  # an odd object in the heap: no model timed, the rest is
                     models = []
-                gen_codes = self._generation_codes(new, models)
-                for code, kind in gen_codes.items():
-                    if kind == "call" and code not in codes:
-                        codes[code] = "forward"  # a named loop: its prefill and decode spans
-            if _Monitor.available() and new.get("known_entry_points", True):
-                for code, (stage, filt) in find_known_codes(models).items():
-                    if code not in codes:  # the user's rule for it wins
-                        codes[code] = stage
-                        if filt in _CALL_FILTERS:
-                            filters[code] = _CALL_FILTERS[filt]
-                        elif filt in _RETURN_FILTERS:
-                            returns[code] = _RETURN_FILTERS[filt]
-            if len(codes) > MAX_STAGE_FUNCTIONS:
-                # a pattern such as "*" would time every call in the target
-                self._status_once(
-                    "monitoring",
-                    "off",
-                    "stage rules match %d functions (more than %d): not timing them; "
-                    "make the patterns narrower" % (len(codes), MAX_STAGE_FUNCTIONS),
-                )
-                codes = {}
-            was_running = self.monitor is not None
-            if was_running:
-                self._stop_monitor()
-            self.stage_codes = codes
-            self.stage_filters = {c: f for c, f in filters.items() if c in codes}
-            self.stage_returns = {c: f for c, f in returns.items() if c in codes}
-            self.generation_codes = gen_codes if codes else {}
-            if was_running:
-                self._start_monitor()
+            self.model_codes = list(models)
+            self._set_codes()
+
+    def _set_codes(self):
+        """Time the user's rules' functions (``pattern_codes``), the generation calls, the
+        known entry points and the models' forwards (``model_codes``): (re)starts the
+        monitor on them."""
+        new = self.config
+        codes = dict(self.pattern_codes)
+        models = self.model_codes
+        filters, returns = {}, {}
+        gen_codes = {}
+        if _Monitor.available():
+            gen_codes = self._generation_codes(new, models)
+            for code, kind in gen_codes.items():
+                if kind == "call" and code not in codes:
+                    codes[code] = "forward"  # a named loop: its prefill and decode spans
+        if _Monitor.available() and new.get("known_entry_points", True):
+            for code, (stage, filt) in find_known_codes(models).items():
+                if code not in codes:  # the user's rule for it wins
+                    codes[code] = stage
+                    if filt in _CALL_FILTERS:
+                        filters[code] = _CALL_FILTERS[filt]
+                    elif filt in _RETURN_FILTERS:
+                        returns[code] = _RETURN_FILTERS[filt]
+        if len(codes) > MAX_STAGE_FUNCTIONS:
+            # a pattern such as "*" would time every call in the target
+            self._status_once(
+                "monitoring",
+                "off",
+                "stage rules match %d functions (more than %d): not timing them; "
+                "make the patterns narrower" % (len(codes), MAX_STAGE_FUNCTIONS),
+            )
+            codes = {}
+        was_running = self.monitor is not None
+        if was_running:
+            self._stop_monitor()
+        self.stage_codes = codes
+        self.stage_filters = {c: f for c, f in filters.items() if c in codes}
+        self.stage_returns = {c: f for c, f in returns.items() if c in codes}
+        self.generation_codes = gen_codes if codes else {}
+        if was_running or (self.started and codes):
+            self._start_monitor()
+
+    def _tick_models(self, now):
+        """Every MODEL_SCAN_S: a model's forward running on a thread that is not timed yet (a
+        model in a frozen heap, or built after the configuration) is timed from now on. One
+        ``sys._current_frames()`` and a walk of each stack's code objects."""
+        if now < self.next_model_scan:
+            return
+        self.next_model_scan = now + MODEL_SCAN_S
+        if (not _Monitor.available() or not self.config.get("known_entry_points", True)
+                or "torch.nn.modules.module" not in sys.modules
+                or len(self.model_codes) >= MAX_MODEL_CODES):  # fmt: skip
+            return
+        own = self.thread.ident if self.thread is not None else None
+        frames = sys._current_frames()
+        try:
+            found = models_on_stacks(frames, ignore=(own,))
+        finally:
+            del frames
+        new = [c for c in found if c not in self.model_codes and c not in self.stage_codes]
+        if new:
+            self.model_codes = self.model_codes + new[: MAX_MODEL_CODES - len(self.model_codes)]
+            self._set_codes()
 
     def _generation_codes(self, config, models):
         """{code: kind} the generation tracker follows (generation.py): Hugging Face

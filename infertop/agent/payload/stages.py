@@ -172,7 +172,8 @@ def find_model_codes():
     every module's call (``Module._wrapped_call_impl``) fires at each of the ~100 sub-module
     calls of a forward, 1.5 us each (docs/performance.md); a root's forward fires once per call,
     and another instance of its class nested somewhere is merged into the outer call. A model
-    built after the agent was configured is not timed (its samples still say forward)."""
+    built after the agent was configured, or held in a frozen heap, is timed once the agent sees
+    its forward run (``models_on_stacks``)."""
     mod = sys.modules.get("torch.nn.modules.module")
     base = getattr(mod, "Module", None)
     if not isinstance(base, type):
@@ -180,7 +181,11 @@ def find_model_codes():
     unimplemented = getattr(mod, "_forward_unimplemented", None)
     # type(), not isinstance(): that reads ``__class__``, which a proxy object may compute
     # (torch.distributed's deprecated ``reduce_op`` warns on the target's stderr)
-    modules = [obj for obj in gc_objects() if issubclass(type(obj), base)]
+    import gc
+
+    # the collector's list only: a frozen heap's models are found on the stacks as they run
+    # (models_on_stacks), which costs nothing like a walk of millions of objects
+    modules = [obj for obj in gc.get_objects() if issubclass(type(obj), base)]
     held = set()
     for m in modules:
         subs = m.__dict__.get("_modules") or {}
@@ -258,69 +263,144 @@ _RETURN_FILTERS = {"batch_taken": _batch_taken}
 
 def gc_objects():
     """The objects alive in this process that the agent looks through for functions and
-    models: the collector's, and where the process froze its heap (``gc.freeze()``: a Ray
-    Serve replica does after its deployment's ``__init__``, as some pre-forking servers do)
-    the frozen ones it can reach too, which ``gc.get_objects()`` leaves out."""
+    models: the collector's, and where the process froze its heap (``gc.freeze()``: vLLM's
+    processes, a Ray Serve replica after its deployment's ``__init__``, pre-forking servers)
+    the functions the loaded modules define (``loaded_functions``), which
+    ``gc.get_objects()`` leaves out. A frozen heap's models are found on the threads' stacks
+    as they run (``models_on_stacks``), not by walking it."""
     import gc
 
     objects = gc.get_objects()
     if gc.get_freeze_count() >= MIN_FROZEN:
-        objects.extend(frozen_reachable())
+        objects.extend(loaded_functions())
     return objects
 
 
 #: a heap with fewer frozen objects than this was not frozen by its program (Python 3.12 starts
-#: with a few hundred; a Serve replica froze 450,000): the walk's second of the agent's thread,
-#: taken at every configuration, slowed a text-generation service's prefill by 3-6 points
+#: with a few hundred; a Serve replica froze 450,000, a vLLM engine core millions)
 MIN_FROZEN = 10_000
+#: the most functions ``loaded_functions`` lists (a bound on its time)
+MAX_LOADED_FUNCTIONS = 500_000
+#: the share of one core the agent's thread may take while it looks through a frozen heap's
+#: modules: it sleeps the rest (time.thread_time: its own CPU, measured, not assumed)
+DISCOVERY_CPU_SHARE = 0.2
+#: ... in steps of at most this much of its CPU (the target's threads take the GIL between)
+DISCOVERY_STEP_S = 0.002
 
 
-#: the most objects ``frozen_reachable`` keeps (a bound on its time: ~1 s of the agent's
-#: thread for 300 000 here, in steps that let the target's threads run between them)
-MAX_FROZEN_VISITS = 1_000_000
-_Py_TPFLAGS_HEAPTYPE = 1 << 9
-#: (time.monotonic(), objects) of the last walk: one configuration looks three times
-_FROZEN_CACHE = [0.0, None]
+class Paced:
+    """Work done in steps on the agent's thread at most ``share`` of a core: ``step()`` after
+    each small piece sleeps off what the thread's CPU (``time.thread_time``) ran past
+    ``step_s``; the sleep lets go of the GIL and of the CPU."""
+
+    def __init__(self, share=DISCOVERY_CPU_SHARE, step_s=DISCOVERY_STEP_S):
+        import time
+
+        self.share = share
+        self.step_s = step_s
+        self.mark = time.thread_time()
+        self.cpu_s = 0.0  # the work's CPU so far
+        self.slept_s = 0.0
+
+    def step(self):
+        import time
+
+        spent = time.thread_time() - self.mark
+        if spent < self.step_s:
+            return
+        self.cpu_s += spent
+        pause = spent * (1.0 / self.share - 1.0)
+        time.sleep(pause)
+        self.slept_s += pause
+        self.mark = time.thread_time()
 
 
-def frozen_reachable(limit=None):
-    """Objects reachable from the loaded modules through containers, classes and instances of
-    classes defined in Python (breadth first, at most ``limit``): the way to the frozen part of
-    the heap, where the collector lists nothing. Only ``gc.get_referents`` is used: no attribute
-    is read, no code of the target's runs; a walk is reused for 30 s."""
-    import gc
-    import time
+def loaded_functions(limit=None, pace=None):
+    """The functions the loaded modules define: at their top level and in their classes
+    (methods, static and class methods, properties' accessors, nested classes), with what
+    their decorators wrap; each once, at most ``limit``. Only module and class dictionaries
+    are read (no attribute lookup runs the target's code), paced (``Paced``)."""
+    import types
 
-    now = time.monotonic()
-    if limit is None and _FROZEN_CACHE[1] is not None and now - _FROZEN_CACHE[0] < 30.0:
-        return _FROZEN_CACHE[1]
-    cap = MAX_FROZEN_VISITS if limit is None else limit
-    # by type: None = a leaf (not kept), False = kept, True = kept and walked through
-    kinds = {t: None for t in (str, int, float, bytes, bool, type(None), type(sys.getsizeof), type(sys))}
-    kinds.update({t: True for t in (dict, list, tuple, set, frozenset)})
-    seen = set()
-    out = []
-    frontier = [m.__dict__ for m in list(sys.modules.values()) if isinstance(m, type(sys))]
-    while frontier and len(out) < cap:
-        nxt = []
-        for i in range(0, len(frontier), 1000):  # the GIL changes hands between steps
-            for ref in gc.get_referents(*frontier[i : i + 1000]):
-                t = type(ref)
-                kind = kinds.get(t, -1)
-                if kind is None:
-                    continue
-                if kind == -1:  # a type not met yet (a class is walked by its own flags)
-                    kind = kinds[t] = t is not type and bool(t.__flags__ & _Py_TPFLAGS_HEAPTYPE)
-                r = id(ref)
-                if r in seen:
-                    continue
-                seen.add(r)
-                out.append(ref)
-                if kind or (t is type and ref.__flags__ & _Py_TPFLAGS_HEAPTYPE):
-                    nxt.append(ref)
-            if len(out) >= cap:
-                break
-        frontier = nxt
-    if limit is None:
-        _FROZEN_CACHE[:] = [now, out]
-    return out
+    cap = MAX_LOADED_FUNCTIONS if limit is None else limit
+    pace = pace or Paced()
+    func = types.FunctionType
+    out, seen_classes = [], set()
+    classes = []
+
+    def take(value):
+        t = type(value)
+        if t is func:
+            out.append(value)
+            inner = value.__dict__.get("__wrapped__") if value.__dict__ else None
+            if type(inner) is func:
+                out.append(inner)
+        elif t is staticmethod or t is classmethod:
+            take(value.__func__)
+        elif t is property:
+            for f in (value.fget, value.fset):
+                if type(f) is func:
+                    out.append(f)
+        # issubclass of its type, not isinstance: that reads ``__class__``, which a proxy may
+        # compute (torch.distributed's deprecated ``reduce_op`` warns on the target's stderr)
+        elif issubclass(t, type) and id(value) not in seen_classes:
+            seen_classes.add(id(value))
+            classes.append(value)
+
+    modules = [m for m in list(sys.modules.values()) if isinstance(m, types.ModuleType)]
+    for i, mod in enumerate(modules):
+        if len(out) >= cap:
+            return out[:cap]
+        for value in list(mod.__dict__.values()):
+            take(value)
+        if i % 20 == 0:
+            pace.step()
+    i = 0
+    while i < len(classes) and len(out) < cap:
+        try:
+            space = list(type.__dict__["__dict__"].__get__(classes[i]).values())
+        except Exception:
+            space = []
+        for value in space:
+            take(value)
+        i += 1
+        if i % 50 == 0:
+            pace.step()
+    return out[:cap]
+
+
+#: torch's module call, whose callee is a model's forward (``model(x)``)
+_MODULE_FILE = "/torch/nn/modules/module.py"
+_CALL_IMPLS = ("_call_impl", "_wrapped_call_impl")
+
+
+def models_on_stacks(frames, ignore=()):
+    """The code of each thread's outermost running ``forward`` that a torch module's call
+    (``Module._call_impl``) called, up to five decorators between them (transformers wraps a
+    model's forward in three): the root model's forward, as ``find_model_codes`` would time it.
+    ``frames``: ``sys._current_frames()``; ``ignore``: thread idents not to look at (the
+    agent's). Only code objects are read."""
+    found = []
+    for ident, frame in frames.items():
+        if ident in ignore:
+            continue
+        outer, depth = None, 0
+        while frame is not None and depth < 512:
+            code = frame.f_code
+            if code.co_name == "forward" and _called_by_module(frame.f_back):
+                outer = code
+            frame, depth = frame.f_back, depth + 1
+        if outer is not None and outer not in found:
+            found.append(outer)
+    return found
+
+
+def _called_by_module(frame, hops=6):
+    for _ in range(hops):
+        if frame is None:
+            return False
+        code = frame.f_code
+        if code.co_name in _CALL_IMPLS and code.co_filename.endswith(_MODULE_FILE):
+            return True
+        frame = frame.f_back
+    return False
