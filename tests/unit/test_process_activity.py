@@ -85,6 +85,44 @@ def test_a_litserve_server_names_its_api_and_its_inference_worker() -> None:
     }  # fmt: skip
 
 
+def test_a_vllm_server_s_processes_are_named_by_their_titles_whatever_their_work() -> None:
+    """vLLM names its processes (``setproctitle``); what their stacks show in one run (the
+    engine core caught in a queue, the worker in a plain loop) does not rename them."""
+    api = "/venv/bin/python -m vllm.entrypoints.openai.api_server --model /m"
+    runs = [(("batching", 40, False), ("forward", 40, False)),
+            (("forward", 40, False), ("plain", 40, False))]  # fmt: skip
+    for core_work, worker_work in runs:
+        s = session([
+            (40, 0, api, [("uvicorn", 40, True)]),
+            (41, 40, "python -c from multiprocessing.resource_tracker import main;main(5)", []),
+            (42, 40, "VLLM::EngineCore", [core_work]),
+            (43, 42, "VLLM::Worker", [worker_work]),
+        ])  # fmt: skip
+        assert roles(s) == {
+            40: "vllm api", 41: "resource tracker", 42: "vllm engine core",
+            43: "vllm model worker",
+        }  # fmt: skip
+
+
+def test_an_engine_s_ranks_are_in_its_processes_names() -> None:
+    s = session([
+        (50, 0, "/venv/bin/vllm serve /m --tensor-parallel-size 2", [("uvicorn", 40, True)]),
+        (51, 50, "VLLM::EngineCore", []),
+        (52, 51, "VLLM::Worker_TP0", [("forward", 40, False)]),
+        (53, 51, "VLLM::Worker_TP1", [("forward", 40, False)]),
+    ])  # fmt: skip
+    assert roles(s) == {
+        50: "vllm api", 51: "vllm engine core", 52: "vllm model worker tp0",
+        53: "vllm model worker tp1",
+    }  # fmt: skip
+    s = session([
+        (60, 0, "python -m sglang.launch_server --model /m", [("uvicorn", 40, True)]),
+        (61, 60, "sglang::scheduler_TP0", [("forward", 40, False)]),
+        (62, 60, "sglang::detokenizer", [("plain", 40, False)]),
+    ])  # fmt: skip
+    assert roles(s) == {60: "sglang api", 61: "sglang scheduler tp0", 62: "sglang detokenizer"}
+
+
 def test_an_idle_api_is_still_the_api_and_workers_are_numbered_by_pid() -> None:
     s = session([
         (20, 0, "python -m uvicorn app:app", [("uvicorn", 40, True)]),

@@ -57,6 +57,48 @@ def role_of(pid: int, target_pid: int | None, cmdline: str, worker_no: int) -> s
     return f"worker {worker_no}"
 
 
+#: an LLM engine's processes by the title the engine gives them (``setproctitle``: vLLM's
+#: ``VLLM::EngineCore``, ``VLLM::Worker_TP1``; SGLang's ``sglang::scheduler_TP0``), the part
+#: after ``::``: (name, role). What follows the name (``_DP0_TP1``) is its rank, kept in
+#: the role (``vllm model worker tp1``) so that every run names the same process the same way
+ENGINE_TITLES: tuple[tuple[str, str], ...] = (
+    ("VLLM::EngineCore", "vllm engine core"),
+    ("VLLM::Worker", "vllm model worker"),
+    ("VLLM::APIServer", "vllm api"),
+    ("VLLM::DPCoordinator", "vllm dp coordinator"),
+    ("sglang::scheduler", "sglang scheduler"),
+    ("sglang::detokenizer", "sglang detokenizer"),
+    ("sglang::data_parallel_controller", "sglang dp controller"),
+)
+#: an engine's API server keeps its command line: (a module or program in it, role)
+ENGINE_COMMANDS: tuple[tuple[str, str], ...] = (
+    ("vllm.entrypoints", "vllm api"),
+    ("sglang.launch_server", "sglang api"),
+)
+_TITLE_RE = re.compile(r"^(\w+)::([A-Za-z]+(?:_[a-z]+)*)(?:_([A-Za-z0-9_]+))?")
+
+
+def engine_role(cmdline: str) -> str | None:
+    """The role of an LLM engine's process (vLLM, SGLang) from its command line or the title
+    the engine set; None for any other process."""
+    text = cmdline.strip()
+    m = _TITLE_RE.match(text)
+    if m is not None:
+        title = f"{m.group(1)}::{m.group(2)}"
+        for known, role in ENGINE_TITLES:
+            if title.lower() == known.lower():
+                rank = (m.group(3) or "").lower().replace("_", " ")
+                return f"{role} {rank}" if rank else role
+    words = text.split()
+    program = words[0].rsplit("/", 1)[-1] if words else ""
+    if program == "vllm" and "serve" in words[1:3]:
+        return "vllm api"
+    for part, role in ENGINE_COMMANDS:
+        if any(w == part or w.startswith(part + ".") for w in words[:4]):
+            return role
+    return None
+
+
 def process_roles(session: Session) -> dict[int, str]:
     """pid -> role for ranks and merged recordings' processes; empty when neither applies
     (``role_of`` names a ``--children`` tree)."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from infertop.analysis.processes.activity import activity_roles
-from infertop.analysis.processes.roles import process_roles, role_of
+from infertop.analysis.processes.roles import engine_role, process_roles, role_of
 from infertop.analysis.session import Session
 from infertop.analysis.stages import IDLE
 
@@ -29,7 +29,8 @@ BY_COMMAND_LINE = ("resource tracker", "forkserver")
 
 def roles(session: Session) -> dict[int, str]:
     """pid -> role guess of every process followed: a rank or a merged recording's host
-    where the recording says (``process_roles``); a resource tracker or forkserver by its
+    where the recording says (``process_roles``); an LLM engine's processes by their titles
+    (``engine_role``: ``vllm engine core``); a resource tracker or forkserver by its
     command line; else what its work shows (``activity_roles``: ``api``, ``inference 2``,
     ``litserve api``, ...); else from the tree: the target is the router when it has children
     among them (several PIDs given without ``--children`` are workers), the rest ``worker N``."""
@@ -41,7 +42,7 @@ def roles(session: Session) -> dict[int, str]:
     out: dict[int, str] = {}
     workers = 0
     for pid in sorted(session.processes, key=lambda p: (p != target, p)):
-        role = named.get(pid)
+        role = named.get(pid) or engine_role(session.processes[pid].cmdline)
         if role is None:
             by_tree = role_of(pid, router, session.processes[pid].cmdline, workers + 1)
             role = by_tree if by_tree in BY_COMMAND_LINE else work.get(pid, by_tree)
