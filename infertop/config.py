@@ -75,6 +75,25 @@ GENERATION_RULES: tuple[tuple[str, str], ...] = (
 DEFAULT_STAGE_RULES: tuple[tuple[str, str], ...] = (
     # infertop's own agent thread inside the target: its cost, shown as what it is
     ("infertop", "<infertop-agent>:*"),
+    # vLLM's v1 engine (docs/stages.md, "LLM engines"): the engine step in its engine core
+    # (scheduling; the wait for the worker is in WAIT_STAGE_RULES) and in its model worker
+    # (preparing the inputs, the forward, sampling); the hops between them are ipc
+    ("ipc", "*/vllm/v1/serial_utils.py:*"),
+    ("ipc", "*/vllm/distributed/device_communicators/shm_broadcast.py:MessageQueue.enqueue"),
+    ("ipc", "*/vllm/distributed/device_communicators/shm_broadcast.py:MessageQueue.dequeue"),
+    ("ipc", "*/vllm/v1/executor/multiproc_executor.py:WorkerProc.enqueue_output"),
+    ("ipc", "*/vllm/v1/executor/multiproc_executor.py:*.collective_rpc"),
+    ("postprocess", "*/vllm/v1/core/sched/*:*.update_from_output"),
+    ("schedule", "*/vllm/v1/core/*:*"),
+    ("forward", "*/vllm/v1/worker/*model_runner*.py:*._model_forward"),
+    ("postprocess", "*/vllm/v1/sample/*:*"),
+    ("postprocess", "*/vllm/v1/worker/*model_runner*.py:*.sample_tokens"),
+    ("prepare", "*/vllm/v1/worker/*model_runner*.py:*"),
+    ("prepare", "*/vllm/v1/worker/*input_batch*.py:*"),
+    ("prepare", "*/vllm/v1/worker/block_table.py:*"),
+    ("prepare", "*/vllm/v1/worker/*:*.execute_model"),
+    ("forward", "*/vllm/model_executor/*:*"),
+    ("forward", "*/vllm/compilation/*:*"),
     # the handler methods of serving frameworks (LitServe's LitAPI, Triton's Python backend; a
     # model's ``predict``, as scikit-learn's and most servers' APIs call it), before the
     # generic names below (``decode_request`` is no tokenizer decode)
@@ -184,6 +203,26 @@ WAIT_FRAMES: tuple[str, ...] = (
     "*/zmq/sugar/poll.py:*.poll",
     "*/multiprocessing/connection.py:wait",
     "<infertop-agent>:_Agent._wait_for_io",  # the injected agent between its windows
+    # vLLM's shared-memory queue between its engine core and its workers: a reader spins on it
+    # (sched_yield), burning a CPU while it waits (WAIT_STAGE_RULES says for what)
+    "*/vllm/distributed/utils.py:sched_yield",
+    "*/vllm/distributed/device_communicators/shm_broadcast.py:SpinCondition.wait",
+    "*/vllm/distributed/device_communicators/shm_broadcast.py:MessageQueue.acquire_read*",
+    "*/vllm/distributed/device_communicators/shm_broadcast.py:memory_fence",
+    "*/vllm/distributed/device_communicators/shm_broadcast.py:*ReadTimeoutWithWarnings.*",
+)
+
+#: What a thread caught in a blocking wait (WAIT_FRAMES) waits for, where the stack says it
+#: better than the queue rules do: a frame anywhere on the stack, innermost first, decides
+#: before them. vLLM's engine core spins on the worker's reply: the step's model execution
+#: (``forward``, as a device sync is ``sync``), not a queue; its worker spinning for the next
+#: step, and the engine core waiting for requests or outputs, have no work: ``idle``.
+WAIT_STAGE_RULES: tuple[tuple[str, str], ...] = (
+    ("forward", "*/vllm/v1/executor/multiproc_executor.py:*get_response"),
+    ("idle", "*/vllm/v1/executor/multiproc_executor.py:WorkerProc.worker_busy_loop"),
+    ("idle", "*/vllm/v1/engine/core.py:EngineCoreProc._process_input_queue"),
+    ("idle", "*/vllm/v1/engine/core.py:EngineCoreProc.process_input_sockets"),
+    ("idle", "*/vllm/v1/engine/core.py:EngineCoreProc.process_output_sockets"),
 )
 
 

@@ -3,8 +3,9 @@
 Order of precedence: an explicit annotation frame (``infertop:NAME``, from ``@infertop.stage``)
 anywhere on the stack, innermost first; then the user's rules, innermost matching frame first;
 then a generation call's parts (``config.GENERATION_RULES``: ``prefill``, ``decode``); then,
-for a thread caught in a blocking wait (``config.WAIT_FRAMES``), ``queue`` if a queue rule
-matches the stack and ``idle`` if not; then the default rules, innermost matching frame first;
+for a thread caught in a blocking wait (``config.WAIT_FRAMES``), what the stack says it waits
+for (``config.WAIT_STAGE_RULES``: vLLM's engine core waiting for its worker), else ``queue`` if
+a queue rule matches the stack and ``idle`` if not; then the default rules, innermost matching frame first;
 else ``other``. Users' rules win over the defaults so that
 ``--stage preprocess='*server.py:encode_batch'`` claims the whole call, torch calls inside it
 included.
@@ -18,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from infertop.annotate import STAGE_FRAME_PREFIX
-from infertop.config import DEFAULT_STAGE_RULES, GENERATION_RULES, WAIT_FRAMES
+from infertop.config import DEFAULT_STAGE_RULES, GENERATION_RULES, WAIT_FRAMES, WAIT_STAGE_RULES
 from infertop.model.events import Frame
 
 OTHER = "other"
@@ -70,6 +71,7 @@ class StageClassifier:
         self.generation_rules = [StageRule.parse(s, p) for s, p in GENERATION_RULES]
         self.default_rules = [StageRule.parse(s, p) for s, p in DEFAULT_STAGE_RULES]
         self.queue_rules = [r for r in self.default_rules if r.stage == QUEUE]
+        self.wait_rules = [StageRule.parse(s, p) for s, p in WAIT_STAGE_RULES]
         self._cache: dict[int, tuple[str, int]] = {}
 
     def classify(self, frames: Sequence[Frame]) -> tuple[str, int]:
@@ -82,7 +84,11 @@ class StageClassifier:
         if hit is not None:
             return hit
         if caught_waiting(frames):
-            return self._innermost(frames, self.queue_rules) or (IDLE, len(frames) - 1)
+            return (
+                self._innermost(frames, self.wait_rules)
+                or self._innermost(frames, self.queue_rules)
+                or (IDLE, len(frames) - 1)
+            )
         return self._innermost(frames, self.default_rules) or (OTHER, -1)
 
     @staticmethod
