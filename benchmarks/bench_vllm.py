@@ -451,6 +451,7 @@ class Bench:
             "-o",
             str(rec_path),
             "--json",
+            *self.args.record_args.split(),
         ]
         lines: list[tuple[float, str]] = []
         c0, m0 = self.cpu(), scrape(self.port)
@@ -751,6 +752,10 @@ def main() -> int:
         type=float,
         default=15,
         help="seconds alone again after record (default 15; 0 skips it)",
+    )
+    ap.add_argument(
+        "--record-args", default="", metavar="ARGS",
+        help="more flags for infertop record, as one string (e.g. '--no-inject'); default none",
     )
     ap.add_argument("--settle", type=float, default=3, help="seconds between phases (default 3)")
     ap.add_argument(

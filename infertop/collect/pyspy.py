@@ -61,6 +61,18 @@ _SUMMARY_RE = re.compile(r"Samples: (\d+) Errors: (\d+)")
 _BEHIND_RE = re.compile(r"([\d.]+)s behind in sampling")
 PR_SET_PDEATHSIG = 1
 THREAD_REFRESH_WINDOWS = 5  # a ``py-spy dump`` (~30 ms) every this many windows
+#: py-spy ends each window by itself (``--duration``): stopped while it still attaches, as a
+#: window cut at its deadline was on a busy vLLM host (its start-up 0-3.4 s there), it exits
+#: with an error and nothing sampled. Its start-up may take at most this share of a window's
+#: wall time: where it takes more, windows get longer (up to MAX_WINDOW_S) ...
+START_SHARE = 0.25
+MAX_WINDOW_S = 8
+#: ... and a py-spy still running this long past its window's duration is stopped
+START_GRACE_S = 15.0
+#: after a failed window, the next one waits this long, doubling up to FAILURE_WAIT_MAX_S:
+#: a target that lives is sampled again, however often py-spy failed
+FAILURE_WAIT_S = 0.5
+FAILURE_WAIT_MAX_S = 8.0
 
 
 #: py-spy's raw files go to ``<temp>/infertop-pyspy-<infertop's pid>-<random>/``
@@ -228,6 +240,8 @@ class PySpyCollector:
         self._names: dict[int, str] = {}
         #: with ``realtime``: py-spy real-time while its ticks come late
         self.priority = SamplerPriority(rate_hz, realtime)
+        self.window_d = max(1, math.ceil(window_s))  # whole seconds: py-spy's --duration
+        self.start_s = 0.0  # py-spy's start-up, smoothed over windows (the windows' wall - d)
 
     # -- Collector protocol -------------------------------------------------------------------
     def start(self) -> None:
@@ -278,8 +292,14 @@ class PySpyCollector:
         n_window = 0
         counted: list[int] = []
         while not self._stop.is_set():
-            # with --children, also as soon as the processes followed change
-            if n_window % THREAD_REFRESH_WINDOWS == 0 or counted != self._live_children():
+            # the Python threads alive: where wall windows come (py-spy --idle sees every
+            # thread at every tick), from the latest one; else from a ``py-spy dump`` every
+            # THREAD_REFRESH_WINDOWS windows and, with --children, as soon as the processes
+            # followed change (a dump of each: on a busy vLLM host each took as long as
+            # py-spy's start-up there, 3 s for four processes, between two windows)
+            if self.cpu_every != 1:
+                pass
+            elif n_window % THREAD_REFRESH_WINDOWS == 0 or counted != self._live_children():
                 counted = self._live_children()
                 self._threads = self._count_threads() or self._threads
             n_window += 1
@@ -295,10 +315,17 @@ class PySpyCollector:
                     return
                 failures += 1
                 err = classify_pyspy_failure(self.pid, text)
-                self._status("failed" if failures >= 3 else "running", f"py-spy: {err}")
-                if failures >= 3:
+                wait = min(FAILURE_WAIT_MAX_S, FAILURE_WAIT_S * 2 ** (failures - 1))
+                # a lasting failure (no permission) ends sampling; any other is tried again
+                fatal = failures >= 3 and _lasting(str(err))
+                self._status(
+                    "failed" if fatal else "running",
+                    f"py-spy: {err}" + ("" if fatal else f" (window {failures} in a row; "
+                                        f"trying again in {wait:g} s)"),
+                )  # fmt: skip
+                if fatal:
                     return
-                self._stop.wait(0.5)
+                self._stop.wait(wait)
             else:
                 failures = 0
                 if self.children:
@@ -315,6 +342,25 @@ class PySpyCollector:
         for pid in gone(self._live_children()):
             self._ended.add(pid)
             self._events.put(exit_marker(time.time(), pid, self._procs[pid][1]))
+
+    def _note_start(self, start_s: float) -> None:
+        """One window's py-spy start-up: windows lengthen where it takes more than START_SHARE
+        of their wall time (a busy host, a large process tree: less of it sampled, but sampled),
+        and come back as it shortens; each change is said."""
+        self.start_s = start_s if not self.start_s else 0.5 * (self.start_s + start_s)
+        base = max(1, math.ceil(self.window_s))
+        want = math.ceil(self.start_s * (1.0 - START_SHARE) / START_SHARE - 1e-9)
+        d = min(MAX_WINDOW_S, max(base, want))
+        # longer at once; shorter only by two seconds or more (or back to the base): no
+        # back and forth with each window's start-up
+        if d == self.window_d or (base < d < self.window_d and self.window_d - d < 2):
+            return
+        self.window_d = d
+        if d > base:
+            self._status("running", f"py-spy takes {self.start_s:.1f} s to start on this host: "
+                         f"sampling in {d} s windows (the live view updates every {d} s)")  # fmt: skip
+        else:
+            self._status("running", f"sampling in {d} s windows again")
 
     def _count_threads(self) -> int:
         """Python threads alive, idle ones included (``py-spy record`` omits those); with
@@ -343,11 +389,12 @@ class PySpyCollector:
             os.unlink(out_path)
         except FileNotFoundError:
             pass
+        d = self.window_d
         cmd = [
             self._pyspy, "record", "--pid", str(self.pid), "--rate", f"{self.rate_hz:g}",
             "--format", "raw", "--threads", "--full-filenames", "-o", out_path,
-            # a safety net: py-spy ends by itself even if we vanish without a word
-            "--duration", str(math.ceil(self.window_s) + 2),
+            # the window's length: py-spy counts it from its first sample, after attaching
+            "--duration", str(d),
         ] + (["--subprocesses"] if self.children else []) + (
             ["--idle", "--nonblocking"] if wall else [])  # fmt: skip
         runnable_before = {} if wall else thread_runnable_ns([self.pid, *self._live_children()])
@@ -365,12 +412,17 @@ class PySpyCollector:
         except OSError as exc:
             return False, f"Error: cannot start py-spy: {exc}"
         self.priority.started(proc.pid)
-        deadline = t_start + self.window_s
+        deadline = t_start + d + START_GRACE_S
+        judged = 0.0
         while proc.poll() is None and not self._stop.is_set() and time.time() < deadline:
-            self._stop.wait(min(0.05, max(0.0, deadline - time.time())))
-            self.priority.watch(proc.pid, time.time() - t_start)
-        if proc.poll() is None:
-            self.priority.ended(proc.pid, time.time() - t_start)
+            self._stop.wait(0.05)
+            elapsed = time.time() - t_start
+            self.priority.watch(proc.pid, elapsed)
+            if elapsed - judged >= 0.25 and proc.poll() is None:
+                judged = elapsed  # its lateness so far (it ends by itself: judged while alive)
+                self.priority.ended(proc.pid, elapsed)
+        stopped = proc.poll() is None
+        if stopped:
             proc.send_signal(signal.SIGINT)
         try:
             out, _ = proc.communicate(timeout=10)
@@ -380,7 +432,18 @@ class PySpyCollector:
             self._resume_all()
         t_end = time.time()
         if proc.returncode != 0 or not os.path.exists(out_path):
-            return False, out
+            return False, out.strip() or (
+                f"Error: py-spy exited with code {proc.returncode} and said nothing"
+                + (" (stopped while it was starting)" if stopped else ""))
+        # py-spy sampled for d seconds up to its exit (less where it was stopped): before that
+        # it was starting
+        took = t_end - t_start
+        if stopped:
+            sampled = max(min(d, took - self.start_s), 0.1 * took)
+        else:
+            sampled = min(float(d), took)
+            self._note_start(took - sampled)
+        t_start = t_end - sampled
         with open(out_path, encoding="utf-8", errors="replace") as fh:
             text = fh.read()
         thread_pids: dict[int, int] = {}
@@ -391,6 +454,8 @@ class PySpyCollector:
                 if pid not in self._procs or (ppid and not self._procs[pid][0]):
                     self._procs[pid] = (ppid, cmd)
         rows, bad = parse_raw(text)
+        if wall and rows:
+            self._threads = len({tid for tid, _name, _st, _n in rows})
         if not wall:  # a sleeping thread py-spy saw as active is not (collect/thread_cpu.py)
             after = thread_runnable_ns([self.pid, *self._live_children()])
             rows = clamp_to_runnable(rows, runnable_before, after, self.rate_hz)
@@ -419,3 +484,9 @@ class PySpyCollector:
             )
         )
         return True, out
+
+
+def _lasting(err: str) -> bool:
+    """A py-spy failure that trying again will not cure: no permission, not Python."""
+    low = err.lower()
+    return any(w in low for w in ("permission", "not a python", "cap_sys_ptrace", "not found"))
