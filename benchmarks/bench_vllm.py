@@ -441,7 +441,7 @@ class Bench:
         """The load while `infertop record` runs: (launch..exit numbers, the client numbers of
         record's parts, what record did)."""
         infertop = shutil.which("infertop", path=str(Path(sys.executable).parent)) or "infertop"
-        cmd = [
+        cmd = (["nice", "-n", str(self.args.nice)] if self.args.nice else []) + [
             infertop,
             "record",
             str(self.api_pid),
@@ -753,6 +753,7 @@ def main() -> int:
         default=15,
         help="seconds alone again after record (default 15; 0 skips it)",
     )
+    ap.add_argument("--nice", type=int, default=0, help="run infertop record under nice -n N")
     ap.add_argument(
         "--record-args", default="", metavar="ARGS",
         help="more flags for infertop record, as one string (e.g. '--no-inject'); default none",

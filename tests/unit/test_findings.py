@@ -111,17 +111,28 @@ def test_ipc_heavy_reads_request_latency_where_requests_were_followed_across_pro
     assert f.where == ("Connection._send",) and "shared memory" in f.hint
 
 
-def _litserve_like_requests(collected: bool):  # type: ignore[no-untyped-def]
+def _litserve_like_requests(collected: bool, roles: tuple = ((API, "litserve api"),  # type: ignore[no-untyped-def]
+                                                               (WORKER, "litserve inference"))):
     """A snapshot's evidence of 32 requests followed into a worker by time (the unit tests of
-    analysis/requests.py build the server), with the worker's batch collection timed or not."""
+    analysis/requests.py build the server), with the worker's batch collection timed or not;
+    ``roles``: the processes' (pid, role)."""
     spans = [sp for sp in collecting_server() if collected or sp.stage != "queue"]
     req = summarize_requests(spans, 4.0, {API: API, WORKER: WORKER})
 
     class Snap:
         requests = req
         recent_requests = None
+        processes = roles
 
     return ipc_of_requests(Snap())  # type: ignore[arg-type]
+
+
+def test_behind_an_llm_engine_a_request_s_wait_is_the_engine_s_step_not_a_hop() -> None:
+    """vLLM's API process waits for its engine core's steps (scheduling, prefill, decode):
+    that wait is no hop between processes; ipc-heavy reads the samples' ipc instead."""
+    assert _litserve_like_requests(False)["ipc_latency_share"] > 0.15
+    engine = ((API, "vllm api"), (WORKER, "vllm engine core"), (WORKER + 1, "vllm model worker"))
+    assert _litserve_like_requests(False, engine) == {}
 
 
 def test_a_timed_batch_collection_is_no_hop() -> None:

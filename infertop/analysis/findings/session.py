@@ -11,8 +11,9 @@ import numpy as np
 
 from infertop.analysis.findings.rules import FindingInput, MemoryState
 from infertop.analysis.gpu_series import NvmlBusy, memory_summary, nvml_busy
+from infertop.analysis.processes.roles import has_llm_engine
 from infertop.analysis.snapshot import Snapshot
-from infertop.analysis.stages import IDLE
+from infertop.analysis.stages import IDLE, caught_waiting
 from infertop.analysis.trace_ops import OutsideOps
 from infertop.model.rows import OpRow
 from infertop.trace.gpu import GpuSummary
@@ -36,6 +37,8 @@ def snapshot_input(snap: Snapshot) -> FindingInput:
     shares = {s.name: s.share for s in totals}
     where: dict[str, list[str]] = {}
     for t in snap.top:
+        if caught_waiting([t.frame]):
+            continue  # a wait (vLLM's engine core spinning on its worker) is no place to fix
         where.setdefault(t.stage, []).append(
             f"{t.frame.function} ({t.frame.short_file}:{t.frame.line})"
         )
@@ -94,6 +97,11 @@ def ipc_of_requests(snap: Snapshot) -> dict[str, object]:
     theirs. Empty without such requests."""
     req = snap.requests or snap.recent_requests
     if req is None or req.joined == "none" or not any(st == "ipc" for st, *_ in req.breakdown_ms):
+        return {}
+    if has_llm_engine(snap.processes):
+        # behind an LLM engine (vLLM, SGLang) the API process's request waits for the
+        # engine's steps, its scheduling, prefill and decode: not a hop (ipc-heavy reads the
+        # samples' ipc then)
         return {}
     share = next((every for st, every, _slow in req.stage_shares if st == "ipc"), 0.0)
     p50 = next(p for st, p, _p99 in req.breakdown_ms if st == "ipc")

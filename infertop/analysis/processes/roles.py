@@ -78,6 +78,18 @@ ENGINE_COMMANDS: tuple[tuple[str, str], ...] = (
 _TITLE_RE = re.compile(r"^(\w+)::([A-Za-z]+(?:_[a-z]+)*)(?:_([A-Za-z0-9_]+))?")
 
 
+#: the roles of an engine's scheduler: a session with one serves its requests through an LLM
+#: engine, whose API process waits for the engine's steps (not for a hop between processes)
+ENGINE_SCHEDULERS: tuple[str, ...] = ("vllm engine core", "sglang scheduler")
+
+
+def has_llm_engine(roles: dict[int, str] | tuple[tuple[int, str], ...]) -> bool:
+    """Whether one of the processes (pid -> role, or (pid, role) pairs) is an LLM engine's
+    scheduler."""
+    named = roles.values() if isinstance(roles, dict) else (r for _pid, r in roles)
+    return any(r.startswith(ENGINE_SCHEDULERS) for r in named)
+
+
 def engine_role(cmdline: str) -> str | None:
     """The role of an LLM engine's process (vLLM, SGLang) from its command line or the title
     the engine set; None for any other process."""
