@@ -34,7 +34,7 @@ $(VENVHTA)/.installed: requirements-hta.txt
 # (~0.25 s of CPU each time)
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: demo test test-together test-fast bench
+.PHONY: demo test test-together test-fast bench bench-vllm
 demo: $(STAMP)
 	$(VENV)/bin/infertop demo
 
@@ -68,3 +68,9 @@ test-fast: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_overhead.py
+
+# a real vLLM server on the CPU (a 5 GB venv of its own, .venv-vllm, ~2.5 min to install the
+# first time) and what infertop record costs it and says of it (docs/performance.md); not in CI
+bench-vllm: $(STAMP)
+	scripts/vllm/setup.sh
+	$(PY) benchmarks/bench_vllm.py
