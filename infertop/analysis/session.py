@@ -55,6 +55,20 @@ from infertop.model.symbols import SymbolTable
 MAX_GENERATIONS = 50_000
 
 
+#: distinct collector messages a session keeps (a failing collector repeats itself)
+MAX_STATUS_NOTES = 20
+
+
+def _is_news(ev: CollectorStatus, said_before: bool) -> bool:
+    """A collector's message worth keeping for the report: a failure (not NVML's "no GPU",
+    which the GPU section says), py-spy's word on its windows after its first (a window that
+    failed and why, windows lengthened on a busy host), the agent lowering its duty cycle."""
+    if ev.state == "failed" or (ev.state == "unavailable" and ev.collector != "nvml"):
+        return True
+    if ev.collector == "py-spy":
+        return said_before and ev.state == "running"
+    return ev.collector == "agent" and "instead of" in ev.message
+
 @dataclass
 class Session:
     classifier: StageClassifier = field(default_factory=StageClassifier)
@@ -67,6 +81,9 @@ class Session:
     windows: list[WindowSummary] = field(default_factory=list)
     spans: list[StageSpan] = field(default_factory=list)
     statuses: dict[str, CollectorStatus] = field(default_factory=dict)
+    #: what the collectors said along the way worth a report's note (``_is_news``), each once,
+    #: in order; at most MAX_STATUS_NOTES
+    status_notes: dict[str, None] = field(default_factory=dict)
     markers: list[Marker] = field(default_factory=list)
     exited: TargetExited | None = None
     op_windows: list[OpWindow] = field(default_factory=list)  # ordered by t_end
@@ -176,6 +193,8 @@ class Session:
             case ProcessDef():
                 self.processes[ev.pid] = ev
             case CollectorStatus():
+                if _is_news(ev, ev.collector in self.statuses) and len(self.status_notes) < MAX_STATUS_NOTES:
+                    self.status_notes[f"{ev.collector}: {ev.message}"] = None
                 self.statuses[ev.collector] = ev
             case StageSpan():
                 self.spans.append(ev)

@@ -117,6 +117,9 @@ class Snapshot:
     recording_bytes: int = 0
     replay: ReplayState | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    #: what the collectors said along the way (Session.status_notes): why windows failed or
+    #: changed, each once
+    status_notes: tuple[str, ...] = field(default_factory=tuple)
     #: the torch-profiler windows (the in-process agent's) and the allocator, up to t
     torch: Profiled = field(default_factory=Profiled)
     nvml: GpuView | None = None  # NVML readings up to t; None: none (the nvml status says why)
@@ -386,6 +389,7 @@ def build_snapshot(
         stage_filter=stage_filter,
         top=tuple(top_frames(items, frames_of, session.stage_of)),
         statuses=tuple(session.statuses.values()),
+        status_notes=tuple(session.status_notes),
         samples=folded.active + sum(w.active for w in cpu_windows),
         errors=folded.errors + sum(w.window.errors for w in windows),
         lag_s=windows[-1].window.lag_s if windows else 0.0,

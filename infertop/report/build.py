@@ -109,6 +109,7 @@ def build_record(
             coverage=_r(snap.coverage, 4),
             # no "wall": no wall windows (a recording older than format 1.5): share is cpu_share
             views=["wall", "cpu"] if snap.wall_measured else ["cpu"],
+            notes=_sampling_notes(snap) or UNSET,
         ),
         top_frames=[
             TopFrame(t.frame.function, t.frame.file, t.frame.line, t.stage, _r(t.self_share),
@@ -155,3 +156,14 @@ def _gpu(snap: Snapshot, available: bool, reason: str | None) -> Gpu:
         utilization=utilization_summary(readings) if readings else None,
         nvml_interval_s=None if nv is None or nv.interval_s is None else _r(nv.interval_s, 3),
     )
+
+
+def _sampling_notes(snap: Snapshot) -> list[str]:
+    """Why ``errors`` is what it is, and what the collectors said along the way."""
+    notes = []
+    if snap.errors:
+        notes.append(
+            f"{snap.errors} samples dropped: py-spy read a thread whose stack changed under it "
+            "(wall windows read without stopping the target), or wrote a line it could not parse"
+        )
+    return notes + list(snap.status_notes)

@@ -77,6 +77,9 @@ class Sampling(Struct):
     errors: int
     coverage: float
     views: list[str]  # ["wall", "cpu"], or ["cpu"]: no wall windows
+    #: what the errors are, and what the collectors said along the way (a window that failed
+    #: and why, windows lengthened on a busy host); absent when there is nothing to say
+    notes: list[str] | UnsetType = UNSET
 
 
 class TopFrame(Struct):

@@ -7,6 +7,7 @@ from typing import Any
 from infertop.report.generation import generation_lines
 from infertop.report.processes import processes_markdown, processes_text
 from infertop.report.tail_text import pause_lines, tail_lines, tail_markdown
+from infertop.words import plural
 
 
 def _pct(x: float) -> str:
@@ -36,7 +37,8 @@ def _gib(n: int) -> str:
 def _profiled(rep: dict[str, Any]) -> str:
     p = rep.get("profiler") or {}
     cut = f", {p['truncated']} cut short" if p.get("truncated") else ""
-    return f"{p.get('windows', 0)} torch-profiler windows, {p.get('seconds', 0):.1f} s profiled{cut}"
+    n = p.get("windows", 0)
+    return f"{n} {plural(n, 'torch-profiler window')}, {p.get('seconds', 0):.1f} s profiled{cut}"
 
 
 def _gpu_lines(g: dict[str, Any]) -> list[str]:
@@ -104,6 +106,7 @@ def render_text(rep: dict[str, Any]) -> str:
         f"{rep['sampling']['rate_hz']:g} Hz   errors: {rep['sampling']['errors']}",
     ]
     out += [f"warning: {w}" for w in rep.get("warnings", [])]
+    out += [f"sampling: {n}" for n in rep["sampling"].get("notes", [])]
     out += [
         f"incident at {i['at_s']:.1f} s ({i['trigger']}): {i['reason']}"
         for i in rep.get("incidents", [])
@@ -167,12 +170,13 @@ def render_text(rep: dict[str, Any]) -> str:
 
 def render_markdown(rep: dict[str, Any]) -> str:
     t = rep["target"]
+    samples = rep["sampling"]["samples"]
     out = [
         f"# infertop report: pid {t['pid']}",
         "",
         f"- source: `{rep['source']['path']}` ({rep['source']['kind']})",
         f"- command: `{t['cmdline'] or '?'}` (python {t['python'] or '?'})",
-        f"- duration: {rep['duration_s']:.1f} s, {rep['sampling']['samples']} samples at "
+        f"- duration: {rep['duration_s']:.1f} s, {samples} {plural(samples, 'sample')} at "
         f"{rep['sampling']['rate_hz']:g} Hz",
     ]
     out += [f"- **warning:** {w}" for w in rep.get("warnings", [])]
