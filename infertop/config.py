@@ -296,6 +296,8 @@ class FindingThresholds:
     ipc_heavy_share: float = 0.15  # the hop between processes ≥ 15 % of request latency (else of active time)
     stage_min_samples: int = 20  # a stage-share rule needs this many samples of the stage
     queue_wait_share: float = 0.30
+    #: an LLM engine's model worker busy outside the model's forward (inputs, sampling, hops)
+    engine_step_overhead_share: float = 0.30
     gil_contention_share: float = 0.20
     gc_pause_share: float = 0.05  # collections take ≥ 5 % of wall time ...
     gc_long_pause_ms: float = 100.0  # ... or a pause this long ...

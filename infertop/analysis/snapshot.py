@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from infertop.analysis.batches import BatchCalls, calls_by_batch
 from infertop.analysis.flame import FlameNode, TopFrame, build_flame, top_frames
+from infertop.analysis.engine import EngineSummary, engine_summary
 from infertop.analysis.fold import FlameShape, ShaperCache
 from infertop.analysis.generation import GenerationSummary, summarize_generations
 from infertop.analysis.gpu_series import GpuAccumulator, GpuView, gpu_view, memory_summary
@@ -120,6 +121,8 @@ class Snapshot:
     #: what the collectors said along the way (Session.status_notes): why windows failed or
     #: changed, each once
     status_notes: tuple[str, ...] = field(default_factory=tuple)
+    #: an LLM engine's steps where one is among the processes (analysis/engine.py)
+    engine: EngineSummary | None = None
     #: the torch-profiler windows (the in-process agent's) and the allocator, up to t
     torch: Profiled = field(default_factory=Profiled)
     nvml: GpuView | None = None  # NVML readings up to t; None: none (the nvml status says why)
@@ -375,6 +378,7 @@ def build_snapshot(
         working = folded.working + (working or [])
     paths = op_totals.merged_paths()
     kept = span_list or session.spans_between(None, t)  # the spans kept: read once, for three
+    labels = process_labels(session) if session.processes else ()
     return Snapshot(
         t=t_now,
         t_first=session.t_first,
@@ -421,7 +425,7 @@ def build_snapshot(
             session.gpu_fold,
             process,
         ),
-        processes=process_labels(session) if session.processes else (),
+        processes=labels,
         processes_exited=tuple(exit_times(session, t)) if session.processes else (),
         process=process,
         view=view,
@@ -437,4 +441,5 @@ def build_snapshot(
         generation=_generation(session, t, kept, allocator, process),
         batches=calls_by_batch(kept),
         requests=summarize_requests(kept, duration, session.thread_pid) if tails is not None else None,
+        engine=engine_summary(session, kept, duration, t, labels) if labels else None,
     )

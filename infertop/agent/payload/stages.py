@@ -99,6 +99,10 @@ KNOWN_ENTRY_POINTS = (
     # on the replica's user-code thread), from the proxy's hand-over to the replica's reply; a
     # FastAPI ingress's own ``__call__`` inside it is the same request (``_start_keyed``)
     ("request", "ray.serve._private.replica", "UserCallableWrapper._call_http_entrypoint", "asgi_http"),
+    # vLLM's engine step in its engine core (scheduling, the worker's forward and sampling,
+    # the update from its output): one call a step, sent only where it ran the model
+    ("step", "vllm.v1.engine.core", "EngineCore.step", "step_ran"),
+    ("step", "vllm.v1.engine.core", "EngineCore.step_with_batch_queue", "step_ran"),
 )
 #: framework base classes whose subclasses' handler methods the agent times the same way:
 #: (module, class, ((method, stage), ...)); only methods a subclass defines itself (the user's)
@@ -256,9 +260,14 @@ def _batch_taken(retval):
     return type(retval) is tuple and len(retval) == 2 and bool(retval[0])
 
 
+def _step_ran(retval):
+    """vLLM's engine step returns (outputs, whether the model ran)."""
+    return type(retval) is tuple and len(retval) == 2 and retval[1] is True
+
+
 #: filters a known entry point's call must pass when it returns (called with its return
 #: value): a call they are false for is not sent
-_RETURN_FILTERS = {"batch_taken": _batch_taken}
+_RETURN_FILTERS = {"batch_taken": _batch_taken, "step_ran": _step_ran}
 
 
 def gc_objects():

@@ -72,6 +72,11 @@ class FindingInput:
     gc: GcSummary | None = None  # the agent's GC pauses
     event_loop: LoopLagSummary | None = None  # the agent's heartbeats on asyncio loops
     generation: GenerationSummary | None = None  # the agent's generation calls
+    #: an LLM engine's model worker: its busy time outside the model's forward, of all of it,
+    #: with the samples behind it and the step's p50 ms (None: no engine, or no step timed)
+    engine_outside_forward: float | None = None
+    engine_worker_samples: int = 0
+    engine_step_ms: float | None = None
 
 
 Rule = Callable[[FindingInput, FindingThresholds], "Finding | None"]
@@ -400,6 +405,35 @@ def queue_wait(inp: FindingInput, th: FindingThresholds) -> Finding | None:
         tuple(inp.stage_where.get("queue", ())[:5]),
         "shorten the batch timeout or cap batch size by latency; add model replicas when the "
         "queue is long because the model is saturated",
+    )
+
+
+@rule("engine-step-overhead")
+def engine_step_overhead(inp: FindingInput, th: FindingThresholds) -> Finding | None:
+    """An LLM engine's step spends its time outside the model's forward: measured on the
+    model worker (the process that runs it), whose busy time between steps is the step's
+    inputs, sampling and hops; a lower bound (the worker's wait while the engine core
+    schedules is not in it)."""
+    share = inp.engine_outside_forward
+    if share is None or share < th.engine_step_overhead_share:
+        return None
+    if inp.engine_worker_samples < th.stage_min_samples:
+        return None
+    evidence: dict[str, float] = {
+        "outside_forward_share": round(share, 4), "threshold": th.engine_step_overhead_share,
+        "worker_samples": inp.engine_worker_samples,
+    }  # fmt: skip
+    if inp.engine_step_ms is not None:
+        evidence["step_p50_ms"] = round(inp.engine_step_ms, 3)
+    return Finding(
+        "engine-step-overhead",
+        _severity(share, 0.45, 0.6),
+        f"the model worker spends {100 * share:.0f}% of its step outside the model's forward",
+        evidence,
+        tuple(w for s in ("prepare", "postprocess", "ipc") for w in inp.stage_where.get(s, ())[:2]),
+        "on a GPU this is time the GPU idles: larger batches per step (max_num_seqs, "
+        "max_num_batched_tokens), CUDA graphs and async scheduling to overlap the step's "
+        "preparation with the forward; profile the worker's prepare/sample stages",
     )
 
 

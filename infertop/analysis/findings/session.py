@@ -78,7 +78,20 @@ def snapshot_input(snap: Snapshot) -> FindingInput:
         **ipc_of_requests(snap),
         gil_wait_share=snap.pauses.gil_share if snap.pauses else None,
         generation=snap.generation,
+        **_engine(snap),
     )
+
+
+def _engine(snap: Snapshot) -> dict[str, object]:
+    """An LLM engine's model worker's time outside the forward (analysis/engine.py)."""
+    e = snap.engine
+    if e is None or e.outside_forward is None:
+        return {}
+    return {
+        "engine_outside_forward": e.outside_forward,
+        "engine_worker_samples": sum(n for s, n in e.worker if s != "infertop"),
+        "engine_step_ms": e.step_ms[0] if e.step_ms is not None else None,
+    }
 
 
 def _queue_share(snap: Snapshot) -> float | None:
