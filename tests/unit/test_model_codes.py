@@ -180,3 +180,34 @@ def test_looking_through_the_modules_keeps_to_its_share_of_a_core() -> None:
     assert len(funcs) > 1000  # this process's modules define thousands of functions
     if pace.cpu_s:  # steps were taken: each slept three times its CPU
         assert pace.slept_s == pytest.approx(pace.cpu_s * 3, rel=1e-6)
+
+
+def test_an_engine_s_own_model_is_not_timed_as_a_root_module(models) -> None:
+    """vLLM's model is timed by its entry point (``_model_forward``, one call a step): neither
+    it, nor its sampler, nor a module called inside it is timed as a model."""
+    import sys
+    import threading
+
+    torch, _Block, _Model = models
+    inside, release = threading.Event(), threading.Event()
+    space: dict = {"torch": torch, "inside": inside, "release": release}
+    src = (
+        "class EngineModel(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.linear = torch.nn.Linear(4, 4)\n"
+        "    def forward(self, x):\n"
+        "        inside.set()\n"
+        "        release.wait(10)\n"
+        "        return self.linear(x)\n"
+    )
+    exec(compile(src, "/venv/lib/python3.12/site-packages/vllm/model_executor/models/m.py", "exec"), space)
+    model = space["EngineModel"]()
+    t = threading.Thread(target=model, args=(torch.zeros(1, 4),), daemon=True)
+    t.start()
+    try:
+        assert inside.wait(10)
+        assert stages.models_on_stacks({t.ident: sys._current_frames()[t.ident]}) == []
+    finally:
+        release.set()
+        t.join(10)

@@ -102,6 +102,9 @@ KNOWN_ENTRY_POINTS = (
     # vLLM's engine step in its engine core (scheduling, the worker's forward and sampling,
     # the update from its output): one call a step, sent only where it ran the model
     ("step", "vllm.v1.engine.core", "EngineCore.step", "step_ran"),
+    # ... and in its model worker the model's forward, one call a step (vLLM's own modules'
+    # forwards, its sampler's among them, are not timed as models: MODEL_FILES_NOT_TIMED)
+    ("forward", "vllm.v1.worker.gpu_model_runner", "GPUModelRunner._model_forward", None),
     ("step", "vllm.v1.engine.core", "EngineCore.step_with_batch_queue", "step_ran"),
 )
 #: framework base classes whose subclasses' handler methods the agent times the same way:
@@ -168,6 +171,14 @@ def _classes_named(names):
 
 #: at most this many model classes' forwards are timed
 MAX_MODEL_CODES = 16
+#: root modules whose forward is not timed as a model's: an engine that calls its model
+#: through an entry point timed by name (vLLM's ``_model_forward``), whose other root modules
+#: (its sampler, its logits processors) are steps of its own, not models
+MODEL_FILES_NOT_TIMED = ("/vllm/",)
+
+
+def _timed_as_model(code):
+    return not any(part in code.co_filename for part in MODEL_FILES_NOT_TIMED)
 
 
 def find_model_codes():
@@ -202,7 +213,7 @@ def find_model_codes():
         if forward is None or forward is unimplemented:
             continue
         code = _unwrapped_code(forward)
-        if code is not None and code not in codes:
+        if code is not None and code not in codes and _timed_as_model(code):
             codes.append(code)
             if len(codes) >= MAX_MODEL_CODES:
                 break
@@ -399,7 +410,8 @@ def models_on_stacks(frames, ignore=()):
             if code.co_name == "forward" and _called_by_module(frame.f_back):
                 outer = code
             frame, depth = frame.f_back, depth + 1
-        if outer is not None and outer not in found:
+        # an engine's own model (vLLM's) is timed by its entry point: nothing inside it is
+        if outer is not None and outer not in found and _timed_as_model(outer):
             found.append(outer)
     return found
 
