@@ -62,6 +62,7 @@ def test_every_spec_rule_is_registered() -> None:
         "gc-pauses", "event-loop-lag",  # the tail issue's: docs/findings.md
         "ipc-heavy",  # the multi-process servers': the hop between processes
         "kv-cache-headroom",  # generative inference: the largest batch's cache and memory left
+        "engine-step-overhead",  # an LLM engine's model worker outside its forward
     }  # fmt: skip
 
 
