@@ -13,6 +13,7 @@ from infertop.errors import EXIT_OK, InfertopError
 from infertop.model.events import CollectorStatus, TargetInfo
 from infertop.push.live import LivePush, PushOptions
 from infertop.sources import LiveSource
+from infertop.words import plural
 
 
 def _size(n: int) -> str:
@@ -43,11 +44,12 @@ def record_headless(
             elapsed = time.monotonic() - started
             samples = src.session.samples
             size = src.writer.bytes_written if src.writer else 0
+            procs = len(src.session.processes)  # --children
             line = (
                 f"recording pid {target.pid} → {path}: {elapsed:5.1f}"
                 + (f"/{duration:g}" if duration else "")
-                + f" s, {samples} samples, {_size(size)}"
-                + (f", {len(src.session.processes)} processes" if src.session.processes else "")
+                + f" s, {samples} {plural(samples, 'sample')}, {_size(size)}"
+                + (f", {procs} {plural(procs, 'process')}" if procs else "")
             )
             if pusher is not None:
                 pusher.tick()
@@ -100,8 +102,9 @@ def record_headless(
         say(doc, True)
         return EXIT_OK
     print(
-        f"wrote {path}: {src.session.window_count} windows, {samples} samples"
-        + (f", {procs} processes" if procs else "")
+        f"wrote {path}: {src.session.window_count} {plural(src.session.window_count, 'window')}, "
+        f"{samples} {plural(samples, 'sample')}"
+        + (f", {procs} {plural(procs, 'process')}" if procs else "")
         + f" ({reason})",
         file=sys.stderr,
     )

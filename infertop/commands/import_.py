@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from infertop.commands.base import Command
 from infertop.errors import EXIT_OK
+from infertop.words import plural
 
 if TYPE_CHECKING:
     from infertop.collect.agent.client import AgentConfig
@@ -41,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"infertop: {line}", file=sys.stderr)
     print(
         f"infertop: imported {res.trace}: {res.events:,} events, {res.seconds:.2f} s, "
-        f"{res.windows} windows -> {res.output}",
+        f"{res.windows} {plural(res.windows, 'window')} -> {res.output}",
         file=sys.stderr,
     )
     return EXIT_OK

@@ -31,6 +31,7 @@ from infertop.record.import_kineto import read_windows
 from infertop.record.reader import read_recording
 from infertop.record.stream import RecordingStream
 from infertop.sources import ReplaySource
+from infertop.words import plural
 
 
 def export_pprof(
@@ -136,7 +137,7 @@ def export_pprof_ops(path: str, out: str, trace: bool = False) -> ExportResult:
     end = max((w.t_end for w in windows), default=start)
     comments = [
         f"infertop {__version__}: torch-profiler windows of {os.path.basename(path)}",
-        f"{len(windows)} windows",
+        f"{len(windows)} {plural(len(windows), 'window')}",
     ]
     n = b.samples
     _write(out, b.encode(round(start * NS), round((end - start) * NS), comments, "cpu_time"))

@@ -17,6 +17,7 @@ from infertop.push.backends import Endpoint, Labels, Series, encode, series_labe
 from infertop.push.sender import Sender
 from infertop.push.spool import Spool
 from infertop.sources import LiveSource
+from infertop.words import plural
 
 MIB = 1024 * 1024
 
@@ -144,7 +145,8 @@ class LivePush:
             if not prof.samples:
                 continue
             t0, t1 = self._spans[pid]
-            comment = f"infertop {__version__}: CPU samples of pid {pid}, {prof.windows} windows"
+            n = prof.windows
+            comment = f"infertop {__version__}: CPU samples of pid {pid}, {n} {plural(n, 'window')}"
             body = prof.encode(t0, t1, [comment])
             service = self.service or self._service_of(pid)
             series.append(Series(series_labels(service, self.host, pid, self.opts.labels), body))

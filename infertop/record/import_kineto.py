@@ -26,6 +26,7 @@ from infertop.model.events import Event, OpWindow
 from infertop.model.fields import decode_op_window
 from infertop.record.writer import RecordingWriter
 from infertop.trace.table import CAT, CATEGORIES, GPU_CATS, KinetoTrace, distinct, read_trace
+from infertop.words import plural
 
 SLICE_S = 0.25  # longest window (the agent's default window length)
 MAX_WINDOWS = 2000  # a long sparse trace gets longer slices instead of more windows
@@ -76,7 +77,8 @@ def read_windows(
             "is it a trace from torch.profiler / export_chrome_trace?",
         )
     plan = _Plan(trace, keep)
-    say(f"reducing {plan.n:,} events into {len(plan.bounds) - 1} windows")
+    n = len(plan.bounds) - 1
+    say(f"reducing {plan.n:,} events into {n} {plural(n, 'window')}")
     windows = list(_windows(plan, say))
     if not windows:
         raise BadInputFile(f"{source} has no complete events to import")
@@ -275,7 +277,7 @@ def _windows(plan: _Plan, say: Progress) -> list[OpWindow]:
     step = max(1, nwin // 10)
     for w in range(nwin):
         if w and w % step == 0:
-            say(f"{100 * w // nwin}% ({w} of {nwin} windows)")
+            say(f"{100 * w // nwin}% ({w} of {nwin} {plural(nwin, 'window')})")
         a, b = bounds[w], bounds[w + 1]
         activity = gpu.between(a, b)
         own = [e for e in per[w] if e[0] != "user_annotation"]

@@ -18,6 +18,7 @@ from infertop.analysis.snapshot import build_snapshot
 from infertop.analysis.stragglers import comparison, straggler_findings
 from infertop.config import FindingThresholds
 from infertop.report.records import Report, finding_record
+from infertop.words import plural
 
 
 def add_processes(
@@ -99,7 +100,7 @@ def _ops_note(proc: dict[str, Any]) -> str:
     o = proc.get("ops")
     if not o:
         return ""
-    parts = [f"{o['windows']} profiler windows"]
+    parts = [f"{o['windows']} {plural(o['windows'], 'profiler window')}"]
     if o["steps"]:
         parts.append(f"{o['steps']} steps, p50 {o['step_ms_p50']:.1f} ms")
         if o["step_work_ms_p50"] is not None and o["step_work_ms_p50"] < o["step_ms_p50"] - 0.05:
@@ -121,7 +122,8 @@ def processes_text(rep: dict[str, Any]) -> list[str]:
     out = [f"processes ({len(procs)}; the numbers above are all of them merged):"]
     for p in procs:
         out.append(
-            f"  pid {p['pid']:<8} {p['role']:<17} {p['samples']:>7} samples{_exit_note(p)}"
+            f"  pid {p['pid']:<8} {p['role']:<17} {p['samples']:>7} "
+            f"{plural(p['samples'], 'sample')}{_exit_note(p)}"
         )
         out.append(f"      {(p['cmdline'] or '?')[:100]}")
         if p["samples"] or not p.get("ops"):
@@ -139,7 +141,8 @@ def processes_markdown(rep: dict[str, Any]) -> list[str]:
     if not procs:
         return []
     out = ["", "## Processes", ""]
-    out += [f"{len(procs)} processes; the numbers above are all of them merged.", ""]
+    n = len(procs)
+    out += [f"{n} {plural(n, 'process')}; the numbers above are all of them merged.", ""]
     out += ["| pid | role | samples | stages | torch profiler | findings | command |",
             "|---:|---|---:|---|---|---|---|"]  # fmt: skip
     for p in procs:

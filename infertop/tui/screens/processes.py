@@ -16,6 +16,7 @@ from textual.widgets.option_list import Option
 
 from infertop.analysis.processes.table import ProcessRow
 from infertop.analysis.snapshot import Snapshot
+from infertop.words import plural
 
 ALL = "all"  # the option id of the merged view
 HEADER = f"   {'pid':>8}  {'role':<18} {'CPU':>5} {'GPU mem':>9} {'samples/s':>9} {'ops':>4}  command"
@@ -48,7 +49,7 @@ def merged_text(snap: Snapshot | None, shown: bool) -> Text:
     gone = sum(r.exited for r in snap.ui.process_rows) if snap is not None else 0
     line = Text(no_wrap=True)
     line.append("▸ " if shown else "  ", style="bold")
-    line.append(f"all {n} processes merged", style="bold")
+    line.append(f"all {n} {plural(n, 'process')} merged", style="bold")
     if gone:
         line.append(f"  ({gone} exited)", style="dim")
     return line

@@ -18,6 +18,7 @@ from infertop.tui.flame_search import search_text
 from infertop.tui.widgets.flame import FlameList
 from infertop.tui.widgets.flame_rows import breadcrumb, frame_detail
 from infertop.tui.widgets.ops import OpsTable, visible_rows
+from infertop.words import plural
 
 __all__ = ["FlamePanel", "SearchInput"]
 
@@ -139,9 +140,11 @@ class FlamePanel(Vertical):
         snap = flame.snapshot
         stage = f"stage: {snap.stage_filter if snap and snap.stage_filter else 'all'}"
         if self.view == "table":
-            parts = ["ops table by self time", stage, f"{len(visible_rows(snap))} rows"]
+            rows = len(visible_rows(snap))
+            parts = ["ops table by self time", stage, f"{rows} {plural(rows, 'row')}"]
             if snap is not None and snap.torch.windows:
-                parts.append(f"{snap.torch.windows} windows, {snap.torch.seconds:.1f} s profiled")
+                n = snap.torch.windows
+                parts.append(f"{n} {plural(n, 'window')}, {snap.torch.seconds:.1f} s profiled")
             text = "  ·  ".join(parts)
             return text if len(text) <= width else text[: max(1, width - 1)] + "…"
         if self.view == "ops":

@@ -10,6 +10,7 @@ from textual.widget import Widget
 
 from infertop.analysis.snapshot import Snapshot
 from infertop.tui.palette import human_bytes
+from infertop.words import counted, plural
 
 STATE_STYLES = {"running": "green", "stopped": "dim", "unavailable": "red", "failed": "bold red"}
 SEP = " │ "
@@ -44,7 +45,7 @@ def process_part(snap: Snapshot) -> Part:
     if snap.process is not None and snap.process in snap.processes_exited:
         shown += ", exited"
     style = "bold #5fafff" if role else ""
-    full = Text(f"{n} processes", style=style)
+    full = Text(f"{n} {plural(n, 'process')}", style=style)
     short = Text(f"{n} proc", style=style)
     if snap.processes_exited:  # a child died: said here, and marked on the timeline
         gone = f", {len(snap.processes_exited)} exited"
@@ -188,7 +189,7 @@ class StatusLine(Widget):
             if style or name == "lag":  # the short form keeps lag and anything that is wrong
                 short.append(f" {name} {value}", style=style)
         parts.append((2, full, short))
-        parts.append((3, Text(f"{snap.samples:,} samples"), Text(f"{snap.samples:,} smp")))
+        parts.append((3, Text(counted(snap.samples, "sample")), Text(f"{snap.samples:,} smp")))
         if snap.processes:  # --children
             parts.append(process_part(snap))
         n = snap.torch.windows
@@ -199,9 +200,9 @@ class StatusLine(Widget):
             if message:
                 full.append(f" {message}", style="dim")
             if st.collector == "agent" and n:
-                full.append(f" · {n:,} op windows")
+                full.append(f" · {counted(n, 'op window')}")
                 short.append(f" · {n:,} win")
             parts.append((1, full, short))
         if n and not any(st.collector == "agent" for st in snap.statuses):
-            parts.append((3, Text(f"{n:,} op windows"), Text(f"{n:,} win")))
+            parts.append((3, Text(counted(n, "op window")), Text(f"{n:,} win")))
         return fit(parts, width)
