@@ -11,7 +11,7 @@ from typing import BinaryIO
 import msgpack
 
 from infertop.errors import BadInputFile
-from infertop.model.events import Event
+from infertop.model.events import Event, TargetInfo
 from infertop.record.format import HEADER, MAGIC, MAJOR, MAX_RECORD, RECORD, decode_event
 from infertop.record.references import References
 
@@ -74,7 +74,12 @@ class Records:
     """The records of an open recording from its position (just past the header) on, one list
     of events each, in file order, every id checked against what came before. The first
     damaged, malformed or cut record ends them, and ``warning`` says what and where: the one
-    loop of every reader (``read_recording`` holds the events, ``RecordingStream`` does not)."""
+    loop of every reader (``read_recording`` holds the events, ``RecordingStream`` does not).
+
+    Damage before the target (event 1, in the first record every writer writes), or nothing
+    at all after the header, leaves nothing to read: no process, no time, no stage rules. That
+    is an unreadable recording, ``BadInputFile`` (exit 5), not an empty session reported as
+    ``pid None``."""
 
     def __init__(self, fh: BinaryIO, path: str) -> None:
         self.fh = fh
@@ -83,9 +88,14 @@ class Records:
 
     def __iter__(self) -> Iterator[list[Event]]:
         fh, pos, refs = self.fh, HEADER.size, References()
+        target = False  # a TargetInfo was read: the damage, if any, comes after the session began
         while True:
             head = fh.read(RECORD.size)
             if not head:
+                if pos == HEADER.size:  # a header and nothing else: a file cut right after it
+                    raise BadInputFile(
+                        f"{self.path}: unreadable recording: nothing after its header"
+                    )
                 return
             problem = None
             if len(head) < RECORD.size:
@@ -107,8 +117,15 @@ class Records:
                     except Exception as exc:  # malformed payload that passed the CRC
                         problem = f"a malformed record ({type(exc).__name__})"
                     else:
-                        yield [e for e in events if e is not None]
+                        events = [e for e in events if e is not None]
+                        target = target or any(isinstance(e, TargetInfo) for e in events)
+                        yield events
                         pos += RECORD.size + length
                         continue
+            if not target:
+                raise BadInputFile(
+                    f"{self.path}: unreadable recording: {problem} at byte {pos}, before the "
+                    "record that names its target (nothing of the session to read)"
+                )
             self.warning = f"{self.path}: {problem} at byte {pos}; read what came before it"
             return

@@ -137,6 +137,37 @@ def test_corrupt_recording_is_5(infertop: Infertop, tmp_path) -> None:
     assert_one_clear_error(infertop("replay", str(f)), 5)
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["report"],
+        ["report", "--format", "json"],
+        ["replay"],
+        ["export", "--format", "chrome", "-o", "{out}.json.gz"],
+        ["export", "--format", "speedscope", "-o", "{out}.speedscope.json"],
+        ["export", "--format", "pprof", "-o", "{out}.pb.gz"],
+    ],
+    ids=["report", "report-json", "replay", "export-chrome", "export-speedscope", "export-pprof"],
+)
+@pytest.mark.parametrize("size", [100, 12], ids=["cut-to-100-bytes", "header-only"])
+def test_a_recording_cut_before_its_first_record_is_5(
+    infertop: Infertop, tmp_path, argv: list[str], size: int
+) -> None:
+    """A real recording cut to 100 bytes (inside its first record, the one naming the target)
+    or to its header: `report` printed a report of `pid None` with exit 0. Every command that
+    reads it now says it is unreadable: one line, exit 5, no output written."""
+    real = data.DATA / "recordings" / "textgen_service.infertop"
+    cut = tmp_path / "cut.infertop"
+    cut.write_bytes(real.read_bytes()[:size])
+    command, *rest = argv
+    out = str(tmp_path / "out")
+    p = infertop(command, str(cut), *(a.format(out=out) for a in rest))
+    assert_one_clear_error(p, 5, "cut.infertop", "unreadable recording")
+    assert len(p.stderr.splitlines()) == 1, p.stderr
+    assert p.stdout == "" and "pid None" not in p.stderr
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["cut.infertop"]  # no export written
+
+
 def test_missing_recording_is_5(infertop: Infertop, tmp_path) -> None:
     p = infertop("report", str(tmp_path / "none.infertop"))
     assert_one_clear_error(p, 5, "no such file")

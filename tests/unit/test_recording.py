@@ -79,6 +79,21 @@ def test_truncated_file_reads_up_to_the_damage(tmp_path) -> None:
     assert rec.warning and "cut short" in rec.warning
 
 
+@pytest.mark.parametrize("cut", [0, 5, 40, -1])
+def test_damage_before_the_first_record_is_unreadable(tmp_path, cut: int) -> None:
+    """Cut (or broken) inside the first record, the target's, or right after the header: no
+    session to read, so BadInputFile (exit 5), never an empty session of ``pid None``."""
+    p = str(tmp_path / "a.infertop")
+    write(p, [EVENTS[:7], EVENTS[7:]])
+    data = open(p, "rb").read()
+    first = HEADER.size + 8 + int.from_bytes(data[HEADER.size : HEADER.size + 4], "big")
+    damaged = data[: HEADER.size + cut] if cut >= 0 else data[: first - 1] + b"\x00" + data[first:]
+    with pytest.raises(BadInputFile, match="unreadable recording") as exc:
+        parse_recording(damaged, p)
+    assert exc.value.exit_code == 5 and exc.value.hint is None  # one line
+    assert parse_recording(data[: first + 3], p).events == EVENTS[:7]  # past it: read, warned
+
+
 def test_flipped_byte_stops_at_that_record(tmp_path) -> None:
     p = str(tmp_path / "a.infertop")
     write(p, [EVENTS[:7], EVENTS[7:]])
@@ -139,10 +154,16 @@ def test_crc_valid_but_malformed_payload_is_a_warning() -> None:
 
     from infertop.record.format import RECORD
 
+    from infertop.record.format import encode_event
+
+    # after the target's record (a malformed first record leaves nothing to read: exit 5,
+    # test_damage_before_the_first_record_is_unreadable)
+    first = msgpack.packb([encode_event(EVENTS[0])])
     payload = msgpack.packb([[5, "not", "a", "window"]])
-    data = HEADER.pack(MAGIC, 1, 0) + RECORD.pack(len(payload), zlib.crc32(payload)) + payload
+    data = HEADER.pack(MAGIC, 1, 0) + RECORD.pack(len(first), zlib.crc32(first)) + first
+    data += RECORD.pack(len(payload), zlib.crc32(payload)) + payload
     rec = parse_recording(data)
-    assert rec.events == [] and "malformed" in (rec.warning or "")
+    assert rec.events == EVENTS[:1] and "malformed" in (rec.warning or "")
 
 
 def test_header_layout_is_stable() -> None:
