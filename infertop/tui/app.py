@@ -272,6 +272,15 @@ class InfertopApp(App[None]):
     def action_next_process(self) -> None:
         """All processes merged → each process followed (--children) → merged again."""
         snap = self.latest
+        if snap is not None and not snap.processes:  # one process: say so, never a silent key
+            how = "record" if self.replay else "attach"
+            self.notify(
+                f"w switches between processes, and this session follows one: {how} with "
+                "--children (its child processes too) or give several PIDs",
+                title="one process",
+                markup=False,
+            )
+            return
         options: list[int | None] = [None, *(pid for pid, _ in snap.processes)] if snap else [None]
         i = options.index(self.process) if self.process in options else 0
         self.process = options[(i + 1) % len(options)]

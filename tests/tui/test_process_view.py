@@ -128,6 +128,29 @@ async def test_one_process_session_has_no_process_view(tmp_path: Path) -> None:
         assert app.displayed.samples == 40
 
 
+async def test_w_with_one_process_says_why_nothing_happens(tmp_path: Path) -> None:
+    """``w`` in a session of one process switched nothing and said nothing: now a notification
+    says why, and how to follow several (--children, or several PIDs)."""
+    path = tmp_path / "one.infertop"
+    w = RecordingWriter(str(path))
+    w.write([
+        TargetInfo(pid=7, cmdline="python serve.py", started=T0),
+        ThreadDef(7, "MainThread"),
+        FrameDef(0, Frame("serve", "/srv/serve.py", 3)),
+        StackDef(0, (0,)),
+        SampleWindow(T0, T0 + 1, 100.0, 100, ((7, 0, 40),), 0, 0.0, 1),
+    ])  # fmt: skip
+    w.close()
+    app = create_app(ReplaySource(read_recording(str(path)), Config()), title="one")
+    async with app.run_test(size=(120, 32), notifications=True) as pilot:
+        await started(pilot, app)
+        await pilot.press("w")
+        await shows(pilot, app, "one process")
+        await shows(pilot, app, "--children")
+        await shows(pilot, app, "several PIDs")
+        assert app.process is None and app.displayed.process is None
+
+
 def _ops(app) -> set[str]:  # noqa: ANN001
     return {r.name for r in app.displayed.torch.ops}
 
