@@ -246,6 +246,18 @@ def _queue_ms(r: Request, mine: dict[str, StageSpan], queues: dict[int, _Waits])
     return total * 1000.0
 
 
+def own_ids_first(reqs: list[Request]) -> list[Request]:
+    """Where the application or its engine names its requests (a vLLM server's request ids,
+    each with its parts), the agent's names for the same requests (an ASGI app's ``POST
+    /v1/completions #17``, whose only span is ``request``) would count each twice: those go."""
+    def named_only(r: Request) -> bool:
+        return bool(_NAMED.match(r.id)) and all(st == "request" for st, _ in r.stages)
+
+    if not any(not _NAMED.match(r.id) and len(r.stages) > 1 for r in reqs):
+        return reqs
+    return [r for r in reqs if not named_only(r)]
+
+
 def summarize_requests(
     spans: Iterable[StageSpan], duration_s: float | None = None,
     process_of: Mapping[int, int] | None = None,
@@ -253,7 +265,7 @@ def summarize_requests(
     """The requests among ``spans``; ``duration_s``: the session's, for ``per_s``;
     ``process_of`` (tid -> pid) tells processes apart."""
     spans = list(spans)
-    reqs = requests_of(spans, process_of)
+    reqs = own_ids_first(requests_of(spans, process_of))
     if not reqs:
         return None
     joined = "none"

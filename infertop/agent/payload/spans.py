@@ -12,6 +12,7 @@ import time
 from infertop.agent.payload.constants import MAX_SPANS_BUFFERED
 from infertop.agent.payload.generation import _Generations
 from infertop.agent.payload.monitor import _Monitor
+from infertop.agent.payload.stages import ENGINE_REQUESTS
 
 # -- end --
 
@@ -44,6 +45,30 @@ class _SpansMixin:
         spans.extend(reversed(inner))
         spans.append((native, name, start_ns, end_ns, request, None))
         self._note_span_thread(thread_id, native)
+
+    def _flush_engine_requests(self, offset):
+        """vLLM's finished requests (``stages.ENGINE_REQUESTS``): each as its parts' spans
+        under its own id -- ``preprocess`` (arrival to queued in the engine core: parsing,
+        tokenizing, the hop), ``queue``, ``prefill``, ``decode``, ``postprocess`` (the last
+        token to the read: detokenizing, streaming) -- and as one generation call: its first
+        token at vLLM's own first-token latency, its decode time, its tokens."""
+        calls = []
+        while ENGINE_REQUESTS and len(calls) < 20000:
+            tid, now, arrival, queued, sched, first, last, ttft, prompt, new, rid = ENGINE_REQUESTS.popleft()
+            t_arr, t_now = int(arrival * 1e9) - offset, int(now * 1e9) - offset
+            m = [int(x * 1e9) if x > 0 else 0 for x in (queued, sched, first, last)]
+            parts = (("preprocess", t_arr, m[0]), ("queue", m[0], m[1]), ("prefill", m[1], m[2]),
+                     ("decode", m[2], m[3]), ("postprocess", m[3], t_now))  # fmt: skip
+            for stage, a, b in parts:
+                if a > 0 and b >= a and b - a < 3600 * 10**9 and len(self.spans) < MAX_SPANS_BUFFERED:
+                    self.spans.append((tid, stage, a, b, rid, None))
+            if ttft > 0 and new > 0 and arrival > 0:
+                t_first = t_arr + int(ttft * 1e9)
+                t_end = t_first + (m[3] - m[2] if m[3] >= m[2] > 0 else 0)
+                calls.append([tid, (t_arr + offset) / 1e9, (t_first + offset) / 1e9,
+                              (t_end + offset) / 1e9, 1, prompt, new, -1, "", new])  # fmt: skip
+        if calls:
+            self._send({"type": "generations", "calls": calls})
 
     def _push_span(self, tid, stage, start_ns, end_ns, request=None, batch=None):
         self.spans.append((tid, stage, start_ns, end_ns, request, batch))
@@ -105,6 +130,7 @@ class _SpansMixin:
         self._remove_sink()
         self._stop_monitor()
         self.spans.clear()
+        ENGINE_REQUESTS.clear()
         self._stop_pauses()
         self._stop_call_samples()
 
@@ -118,6 +144,8 @@ class _SpansMixin:
         gens = self.generations
         if gens is not None and gens.done:
             self._send({"type": "generations", "calls": gens.take(offset)})
+        if ENGINE_REQUESTS:
+            self._flush_engine_requests(offset)
         if not self.spans:
             return
         batch = []

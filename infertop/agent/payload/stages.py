@@ -3,8 +3,11 @@ forwards: the code objects ``monitor.py`` times."""
 
 from __future__ import annotations
 
+import collections
 import fnmatch
 import sys
+import threading
+import time
 
 
 def parse_stage_patterns(items):
@@ -105,6 +108,10 @@ KNOWN_ENTRY_POINTS = (
     # ... and in its model worker the model's forward, one call a step (vLLM's own modules'
     # forwards, its sampler's among them, are not timed as models: MODEL_FILES_NOT_TIMED)
     ("forward", "vllm.v1.worker.gpu_model_runner", "GPUModelRunner._model_forward", None),
+    # ... and in its API process each finished request as vLLM's own stats saw it (its
+    # arrival; its engine core's queued, scheduled, first and last token times): read, not
+    # timed (``_vllm_finished``), and sent as that request's parts under vLLM's request id
+    ("request", "vllm.v1.metrics.stats", "IterationStats.update_from_finished_request", "vllm_finished"),
     ("step", "vllm.v1.engine.core", "EngineCore.step_with_batch_queue", "step_ran"),
 )
 #: framework base classes whose subclasses' handler methods the agent times the same way:
@@ -260,10 +267,36 @@ def _asgi_http(frame):
     return ("%s %s" % (scope.get("method") or "?", scope.get("path") or "/"))[:200]
 
 
+#: vLLM's finished requests read by ``_vllm_finished``, until the agent sends them: (native
+#: tid, unix s at the read, arrival unix s, queued, scheduled, first token, last token (the
+#: engine core's time.monotonic() s: perf_counter's clock on Linux), first-token latency s,
+#: prompt tokens, new tokens, vLLM's request id)
+ENGINE_REQUESTS = collections.deque(maxlen=20000)
+
+
+def _vllm_finished(frame):
+    """vLLM's ``IterationStats.update_from_finished_request(..., request_id,
+    num_prompt_tokens, ..., req_stats)``: the request's own stats, kept for the agent to send;
+    the call is not timed (None). Only the frame's arguments and a dataclass's fields are
+    read."""
+    loc = frame.f_locals
+    st = loc.get("req_stats")
+    if st is None:
+        return None
+    ENGINE_REQUESTS.append((
+        threading.get_native_id(), time.time(), float(st.arrival_time), float(st.queued_ts),
+        float(st.scheduled_ts), float(st.first_token_ts), float(st.last_token_ts),
+        float(getattr(st, "first_token_latency", 0.0) or 0.0),
+        int(loc.get("num_prompt_tokens") or 0), int(st.num_generation_tokens),
+        str(loc.get("request_id"))[:200],
+    ))  # fmt: skip
+    return None
+
+
 #: filters a known entry point's call must pass to be timed (called with its frame): what
 #: they return names the call (its request id is that name and a number: "POST /embed #17"),
 #: and a call they return nothing for is not timed
-_CALL_FILTERS = {"asgi_http": _asgi_http}
+_CALL_FILTERS = {"asgi_http": _asgi_http, "vllm_finished": _vllm_finished}
 
 
 def _batch_taken(retval):
