@@ -29,6 +29,9 @@ class EngineSummary:
     steps: int  # steps timed that ran the model
     steps_per_s: float
     step_ms: tuple[float, float, float] | None  # (p50, p99, mean); None: no step timed
+    #: the requests a step gave an output (its batch: prefills and decodes), (p50, max); None:
+    #: no step told it
+    running: tuple[float, int] | None
     #: the engine core's active samples by stage: its view of a step (``forward`` there is its
     #: wait for the worker)
     core: tuple[tuple[str, int], ...]
@@ -72,10 +75,13 @@ def engine_summary(
     kind = engine_kind(labels)
     if kind is None:
         return None
-    steps = sorted((sp.t_end - sp.t_start) * 1000.0 for sp in spans if sp.stage == STEP)
+    timed = [sp for sp in spans if sp.stage == STEP]
+    steps = sorted((sp.t_end - sp.t_start) * 1000.0 for sp in timed)
     step_ms = None
     if steps:
         step_ms = (percentile(steps, 50), percentile(steps, 99), sum(steps) / len(steps))
+    batches = sorted(sp.batch for sp in timed if sp.batch)
+    running = (percentile(batches, 50), batches[-1]) if batches else None
     core: tuple[tuple[str, int], ...] = ()
     worker: dict[str, int] = {}
     for p in process_shares(session, t):
@@ -89,6 +95,7 @@ def engine_summary(
         len(steps),
         len(steps) / duration_s if duration_s > 0 else 0.0,
         step_ms,
+        running,
         core,
         tuple(sorted(worker.items(), key=lambda kv: (-kv[1], kv[0]))),
     )

@@ -12,8 +12,9 @@ def _r(x: float, nd: int = 3) -> float:
 
 
 def engine_dict(e: EngineSummary | None) -> dict[str, Any] | None:
-    """None where no engine was followed. What the agent does not read of the engine yet
-    (requests running and waiting, tokens per step, the KV cache) is null."""
+    """None where no engine was followed. ``running``: the requests each step gave an output.
+    What the agent does not read of the engine yet (the requests waiting, the tokens per step,
+    the KV cache) is null."""
     if e is None:
         return None
     worker_total = sum(n for s, n in e.worker if s != "infertop")
@@ -28,7 +29,7 @@ def engine_dict(e: EngineSummary | None) -> dict[str, Any] | None:
         if worker_total
         else {},
         "outside_forward_share": None if e.outside_forward is None else _r(e.outside_forward, 4),
-        "running": None,
+        "running": None if e.running is None else {"p50": _r(e.running[0], 1), "max": e.running[1]},
         "waiting": None,
         "prefill_tokens_per_step": None,
         "decode_tokens_per_step": None,

@@ -47,8 +47,8 @@ def vllm_session(worker: dict[str, int], steps_ms: list[float]) -> Session:
     counts = tuple((12, names.index(n), k) for n, k in worker.items()) + ((11, 3, 5),)
     s.apply(SampleWindow(0.0, 10.0, 50.0, 500, counts))
     t = 0.0
-    for ms in steps_ms:
-        s.apply(StageSpan(11, "step", t, t + ms / 1000.0))
+    for i, ms in enumerate(steps_ms):
+        s.apply(StageSpan(11, "step", t, t + ms / 1000.0, batch=3 if i % 2 else 1))
         t += 0.05
     return s
 
@@ -62,6 +62,7 @@ def test_steps_and_the_worker_s_time_outside_the_forward() -> None:
     doc = engine_dict(e)
     assert doc is not None and doc["step_ms"]["p50"] == 10.0
     assert doc["worker_shares"] == {"forward": 0.4, "postprocess": 0.3, "prepare": 0.3}
+    assert doc["running"] == {"p50": 2.0, "max": 3}  # a step's batch: half 1, half 3
     assert doc["kv_cache"] is None  # not read yet
 
 
@@ -87,6 +88,11 @@ def test_engine_step_overhead_fires_from_a_third_of_the_worker_s_step(
         assert f.evidence["step_p50_ms"] == 12.0 and "GPU idles" in f.hint
 
 
-def test_only_a_step_that_ran_the_model_is_a_step() -> None:
+def test_only_a_step_that_ran_the_model_is_a_step_and_its_outputs_are_its_batch() -> None:
+    from types import SimpleNamespace
+
     ran = _RETURN_FILTERS["step_ran"]
-    assert ran(({0: "outputs"}, True)) and not ran(({}, False)) and not ran(None)
+    assert not ran(({}, False)) and not ran(None)
+    assert ran(({}, True)) is True  # ran, batch not told
+    two_clients = {0: SimpleNamespace(outputs=[1, 2]), 1: SimpleNamespace(outputs=[3])}
+    assert ran((two_clients, True)) == 3

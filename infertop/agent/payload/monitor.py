@@ -301,15 +301,20 @@ class _Monitor:
             if call[0] is None:  # began before the monitor did: not timed
                 return
             keep = self.returns.get(code)
-            if keep is not None and not keep(retval):
-                return
+            size = call[3]
+            if keep is not None:
+                kept = keep(retval)
+                if not kept:
+                    return
+                if type(kept) is int:  # the call's batch, as its return value tells it
+                    size = kept
             native = self.natives.get(ident) or threading.get_native_id()
             end = now if now is not None else time.perf_counter_ns()
             first = None
             if self.gen is not None and self.gen_codes.get(code) == "call":
                 first = self.gen.split_of(ident, call[0])
             if first is None:
-                self.push(native, stage, call[0], end, None, call[3])
+                self.push(native, stage, call[0], end, None, size)
             else:  # a generation: its prefill, then its decode
                 self.push(native, "prefill", call[0], first, None)
                 self.push(native, "decode", first, end, None)

@@ -305,8 +305,16 @@ def _batch_taken(retval):
 
 
 def _step_ran(retval):
-    """vLLM's engine step returns (outputs, whether the model ran)."""
-    return type(retval) is tuple and len(retval) == 2 and retval[1] is True
+    """vLLM's engine step returns ({client: EngineCoreOutputs}, whether the model ran): a step
+    that ran it is sent, with its batch (the requests it gave an output) where it has one."""
+    if not (type(retval) is tuple and len(retval) == 2 and retval[1] is True):
+        return False
+    outputs = retval[0]
+    n = 0
+    for out in outputs.values() if type(outputs) is dict else ():
+        got = getattr(out, "outputs", None)
+        n += len(got) if type(got) is list else 0
+    return n or True
 
 
 #: filters a known entry point's call must pass when it returns (called with its return
