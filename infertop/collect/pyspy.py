@@ -72,7 +72,7 @@ START_GRACE_S = 15.0
 #: after a failed window, the next one waits this long, doubling up to FAILURE_WAIT_MAX_S:
 #: a target that lives is sampled again, however often py-spy failed
 FAILURE_WAIT_S = 0.5
-FAILURE_WAIT_MAX_S = 8.0
+FAILURE_WAIT_MAX_S = 2.0
 
 
 #: py-spy's raw files go to ``<temp>/infertop-pyspy-<infertop's pid>-<random>/``
@@ -320,8 +320,7 @@ class PySpyCollector:
                 fatal = failures >= 3 and _lasting(str(err))
                 self._status(
                     "failed" if fatal else "running",
-                    f"py-spy: {err}" + ("" if fatal else f" (window {failures} in a row; "
-                                        f"trying again in {wait:g} s)"),
+                    f"py-spy: {err}" + ("" if fatal else " (a window failed: trying again)"),
                 )  # fmt: skip
                 if fatal:
                     return
