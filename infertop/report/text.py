@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from infertop.report.evidence import evidence_summary
 from infertop.report.generation import generation_lines
 from infertop.report.processes import processes_markdown, processes_text
 from infertop.report.tail_text import pause_lines, tail_lines, tail_markdown
@@ -119,6 +120,8 @@ def render_text(rep: dict[str, Any]) -> str:
         for f in rep["findings"]:
             proc = f" (pid {f['pid']})" if f.get("pid") is not None else ""
             out.append(f"  [{f['severity']}] {f['rule']}{proc}: {f['title']}")
+            if evidence_summary(f["evidence"]):
+                out.append(f"      evidence: {evidence_summary(f['evidence'])}")
             if f["where"]:
                 out.append(f"      at: {'; '.join(f['where'][:3])}")
             out.append(f"      fix: {f['hint']}")
@@ -134,9 +137,12 @@ def render_text(rep: dict[str, Any]) -> str:
         bar = "█" * round(30 * st["share"])
         cpu = f"  cpu {_pct(st.get('cpu_share', st['share']))}" if wall else ""
         out.append(f"  {st['name']:<12} {_pct(st['share'])}{cpu}  {st['seconds']:8.2f} s  {bar} {_latency(st)}".rstrip())
-    if rep.get("idle"):
-        whose = "the pipeline threads' time outside every stage" if wall else "all thread time"
-        out.append(f"  (idle: {_pct(rep['idle']['share_of_all'])} of {whose})")
+    if rep.get("idle"):  # a share of a larger whole than the stages' 100 %
+        whose = "all thread time"
+        if wall:
+            whose = "the pipeline threads' time, waiting outside every stage"
+        idle = 100 * rep["idle"]["share_of_all"]
+        out.append(f"  idle (not in the shares above): {idle:.1f}% of {whose}")
     if not rep["stages"] and not rep["sampling"]["samples"]:
         out.append("  (no Python samples in this recording)")
     out.append("")
@@ -189,8 +195,11 @@ def render_markdown(rep: dict[str, Any]) -> str:
         for f in rep["findings"]:
             where = f" At {', '.join(f'`{w}`' for w in f['where'][:3])}." if f["where"] else ""
             proc = f" (pid {f['pid']})" if f.get("pid") is not None else ""
+            ev = evidence_summary(f["evidence"])
+            ev = f" Evidence: {ev}." if ev else ""
             out.append(
-                f"- **{f['severity']}** `{f['rule']}`{proc} — {f['title']}.{where} Fix: {f['hint']}"
+                f"- **{f['severity']}** `{f['rule']}`{proc} — {f['title']}.{ev}{where} "
+                f"Fix: {f['hint']}"
             )
     else:
         out.append("No bottleneck rule fired.")

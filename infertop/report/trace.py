@@ -15,6 +15,7 @@ from typing import Any
 from infertop.analysis.findings import evaluate
 from infertop.analysis.findings.trace import trace_input
 from infertop.config import Config, FindingThresholds
+from infertop.report.evidence import evidence_summary
 from infertop.report.records import (
     Op,
     Source,
@@ -148,6 +149,8 @@ def render_trace_text(rep: dict[str, Any], markdown: bool = False) -> str:
         for f in rep["findings"]:
             where = f"  at {', '.join(f['where'][:3])}" if f["where"] else ""
             out.append(f"  [{f['severity']}] {f['rule']}: {f['title']}{where}")
+            if evidence_summary(f["evidence"]):
+                out.append(f"      evidence: {evidence_summary(f['evidence'])}")
             out.append(f"      fix: {f['hint']}")
     else:
         out.append("  none (no bottleneck rule fired)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ from infertop.model.events import TargetInfo
 from infertop.record.reader import read_recording
 from infertop.sources import ReplaySource
 from infertop.tui import create_app
-from infertop.tui.screens.help import HelpScreen
+from infertop.tui.screens.help import READING, HelpScreen, help_table
 from infertop.tui.widgets.flame import FlameList
 from infertop.tui.widgets.stages import StagePanel
 
@@ -323,3 +324,71 @@ async def test_replay_with_a_base_colours_what_grew_red_and_what_shrank_blue() -
         await pilot.press("o")
         await wait_for(pilot, lambda: flame.mode == "ops")
         assert flame._colour() is None
+
+
+# -- what a new user reads -------------------------------------------------------------------------
+def _plain(renderable: object, width: int = 400) -> str:
+    """What a renderable shows, on one line per row, at a width that wraps nothing."""
+    from rich.console import Console
+
+    console = Console(width=width, record=True, file=io.StringIO(), color_system=None)
+    console.print(renderable)
+    return console.export_text()
+
+
+def test_help_shows_every_keys_text_as_written(replay_source: ReplaySource) -> None:
+    """A key's text is plain words, never console markup: ``[flame] fold`` in the `z` key's
+    text was read as a markup tag and the help showed ``( fold in the config)``."""
+    rows = create_app(replay_source, title="t").help_rows()
+    shown = _plain(help_table(rows))
+    assert "([flame] fold in the config)" in shown
+    for key, text in rows:
+        assert text in shown, (key, text)
+
+
+def test_help_and_docs_explain_the_status_lines_lag_and_err() -> None:
+    """``lag`` and ``err N`` on the status line: what they count, and what to do about them."""
+    assert "lag, how far behind its schedule py-spy's sampling fell" in READING
+    assert "lower --rate" in READING
+    assert "err N, the samples py-spy dropped in the session" in READING
+    assert "compare it with the CPU view (c)" in READING
+    ui = (Path(__file__).parents[2] / "docs" / "ui.md").read_text(encoding="utf-8")
+    section = ui.split("## The status line", 1)[1].split("\n## ", 1)[0]
+    assert "**`lag`**" in section and "**`err N`**" in section and "`--rate`" in section
+
+
+async def test_the_help_screen_shows_the_status_line_explained(replay_source: ReplaySource) -> None:
+    app = create_app(replay_source, title="t")
+    async with app.run_test(size=(120, 60)) as pilot:
+        await started(pilot, app)
+        await pilot.press("question_mark")
+        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))
+        box = app.screen.query_one("#help-box")
+
+        def at_the_end() -> bool:  # scrolled once the box has its height
+            box.scroll_end(animate=False)
+            return "err N, the samples py-spy dropped" in screen_text(app)
+
+        await wait_for(pilot, at_the_end)
+
+
+async def test_idle_is_marked_outside_the_stages_100_percent(replay_source: ReplaySource) -> None:
+    app = create_app(replay_source, title="t")
+    async with app.run_test(size=(100, 30)) as pilot:
+        await started(pilot, app)
+        await shows(pilot, app, "idle")
+        idle = next(ln for ln in screen_text(app).splitlines() if ln.lstrip("│ ").startswith("idle"))
+        assert "not in" in idle and "100 %" in idle, idle  # the words fitting the bar's column
+
+
+async def test_one_op_window_is_one_window(tmp_path: Path) -> None:
+    """The committed textgen recording has one torch-profiler window: the status line and the
+    ops table's header say so in the singular."""
+    rec = Path(__file__).parents[1] / "data" / "recordings" / "textgen_service.infertop"
+    app = create_app(ReplaySource(read_recording(str(rec)), Config()), title="t")
+    async with app.run_test(size=(240, 40)) as pilot:  # wide: the status line's long forms
+        await wait_for(pilot, lambda: app.displayed is not None and app.displayed.samples > 0)
+        await shows(pilot, app, "1 op window")
+        assert "1 op windows" not in screen_text(app)
+        await pilot.press("o", "o")  # the ops table
+        await shows(pilot, app, "1 window, 0.1 s profiled")

@@ -128,6 +128,19 @@ def test_evidence_reads_with_units() -> None:
     assert "gaps_ms: 120.5, 101" in text and "op aten::copy_, self_us 80.0 µs" in text
 
 
+async def test_a_threshold_shows_as_a_percentage_beside_its_share(tmp_path: Path) -> None:
+    """The slow-tokenizer recording's preprocess-hot: ``share: 61.6%`` beside ``threshold:
+    25.0%``, not ``threshold: 0.25``."""
+    rec = data.DATA / "recordings" / "textgen_slow_tokenizer.infertop"
+    app = create_app(ReplaySource(read_recording(str(rec)), Config()), title="t")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await started(pilot, app)
+        await _open(pilot, app)
+        await shows(pilot, app, "threshold: 25.0%")
+        assert "threshold: 0.25" not in screen_text(app)
+        assert "share: 61.6%" in screen_text(app)
+
+
 TRACE = data.TRACES / "a100_sampled_rank0.json.gz"
 
 

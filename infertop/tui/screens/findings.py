@@ -8,7 +8,6 @@ where it happens: its Python frame in the flame, or its op / kernel / copy in th
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from rich.text import Text
 from textual import on
@@ -22,6 +21,7 @@ from textual.widgets.option_list import Option
 from infertop.analysis.snapshot import Snapshot
 from infertop.model.events import Frame
 from infertop.model.findings import Finding
+from infertop.report.evidence import evidence_lines
 
 SEVERITY_STYLE = {"high": "bold #ff5f5f", "medium": "bold #ffaf5f", "low": "#d7d75f"}
 
@@ -66,36 +66,6 @@ def jump_target(finding: Finding, snap: Snapshot | None) -> Jump | None:
             if match(row.name):
                 return Jump(op=row.name)
     return None
-
-
-def _number(key: str, value: Any) -> str:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return str(value)
-    if "share" in key and isinstance(value, float) and 0 <= value <= 1.5:
-        return f"{100 * value:.1f}%"
-    if key.endswith("_us"):
-        return f"{value / 1000:,.2f} ms" if value >= 1000 else f"{value:,.1f} µs"
-    if key in ("bytes", "reserved", "allocated", "total", "device_total", "median_bytes"):
-        return f"{value / 2**20:,.1f} MiB" if value >= 2**20 else f"{value:,} B"
-    return f"{value:,}" if isinstance(value, int) else f"{value:,.4g}"
-
-
-def evidence_lines(evidence: dict[str, Any], indent: str = "  ") -> list[str]:
-    """The evidence as ``key: value`` lines, nested tables indented, numbers with units."""
-    out: list[str] = []
-    for key, value in evidence.items():
-        if isinstance(value, dict):
-            out.append(f"{indent}{key}:")
-            out += evidence_lines(value, indent + "  ")
-        elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
-            out.append(f"{indent}{key}:")
-            for item in value[:8]:
-                out.append(indent + "  - " + ", ".join(f"{k} {_number(k, v)}" for k, v in item.items()))
-        elif isinstance(value, list):
-            out.append(f"{indent}{key}: " + ", ".join(_number(key, v) for v in value[:10]))
-        else:
-            out.append(f"{indent}{key}: {_number(key, value)}")
-    return out
 
 
 def finding_prompt(f: Finding, width: int = 200) -> Text:

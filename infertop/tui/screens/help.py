@@ -18,7 +18,9 @@ from infertop.tui.palette import stage_color
 READING = (
     "Stage panel: each stage's share of active (non-idle) samples over the last 5 s, "
     "its share over the whole session, and its history (one cell per sample window). "
-    "Idle is a share of all samples. Under the stages, when the agent saw them: gc, the "
+    "The stages sum to 100 %; idle is not one of them (its bar says \"not in the 100 %\"): its "
+    "share is of all thread time (wall view: the pipeline threads waiting outside every "
+    "stage). Under the stages, when the agent saw them: gc, the "
     "session's garbage collections (count, pause time, longest) and each window's pause time; "
     "loop lag, how late an asyncio event loop ran its heartbeat (p99, max) and each window's "
     "worst (both against their busiest window).\n"
@@ -44,7 +46,17 @@ READING = (
     "slow calls (p99 and over, or --slow STAGE=MS) against its typical ones (p50 and under): "
     "the frames the slow calls' samples hold more often, the slowest calls, what they "
     "overlapped (GC, the GIL, a queue, syncs, our own profiler windows), and their flame "
-    "coloured against the typical calls' (red: more in slow calls); s: next stage."
+    "coloured against the typical calls' (red: more in slow calls); s: next stage.\n"
+    "Status line, after the rate (Hz): lag, how far behind its schedule py-spy's sampling fell "
+    "in its latest window (py-spy's \"behind in sampling\"); yellow from 0.5 s: the late samples "
+    "land in whatever runs when py-spy catches up, so the shares blur. The machine is short of "
+    "CPU or the rate is too high: lower --rate, or leave "
+    "py-spy a free core. err N, the samples py-spy dropped in the session (red when any): a "
+    "stack that changed while a wall window read it without stopping the target, or a line of "
+    "py-spy's it could not parse. A few per hundred samples are normal; many make the stage that "
+    "calls Python fastest read a little low in the wall view: compare it with the CPU view (c), "
+    "read with the target stopped. cov, the share of the session's time py-spy was sampling "
+    "(yellow under 80 %: the shares rest on less of the session)."
 )
 
 
@@ -53,7 +65,9 @@ def help_table(keys: Sequence[tuple[str, str]]) -> Table:
     table.add_column(style="bold #5fafff", no_wrap=True)
     table.add_column()
     for key, text in keys:
-        table.add_row(key, text)
+        # Text, not a str: a str cell is console markup, where "[flame] fold" is a tag and
+        # disappears; the keys' texts are plain words and must show as written
+        table.add_row(Text(key), Text(text))
     return table
 
 

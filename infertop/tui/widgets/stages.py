@@ -18,6 +18,9 @@ from infertop.tui.widgets.pause_rows import pause_rows
 NAME_W = 12  # "postprocess "
 PCT_W = 7  # "  45.2%"
 TOTAL_W = 9  # "   40.1%" (the session column)
+#: the idle row's words in place of its bar: its share is of a larger whole than the stages'
+#: (all thread time), so the stages above sum to 100 % without it; the longest that fits
+IDLE_NOTES = ("not in the 100 % above", "not in the 100 %", "not in 100 %")
 
 
 def stage_history(history: tuple[dict[str, int], ...], stage: str) -> list[float]:
@@ -81,9 +84,13 @@ def render_stages(snapshot: Snapshot | None, width: int, header: bool = True) ->
         idle = share.name == IDLE
         row = Text(no_wrap=True, overflow="ellipsis")
         row.append(share.name[: NAME_W - 1].ljust(NAME_W), style=color if idle else f"bold {color}")
-        filled, empty = bar(share.share, bar_w)
-        row.append(filled, style=color)
-        row.append(empty, style="on #303030")
+        note = next((n for n in IDLE_NOTES if len(n) < bar_w), None) if idle else None
+        if note is not None:
+            row.append(note.ljust(bar_w), style="dim italic")
+        else:
+            filled, empty = bar(share.share, bar_w)
+            row.append(filled, style=color)
+            row.append(empty, style="on #303030")
         row.append(f"{share.share * 100:.1f}%".rjust(PCT_W), style="bold" if not idle else "")
         total = totals.get(share.name)
         total_text = f"{total.share * 100:.1f}%" if total is not None else "-"
