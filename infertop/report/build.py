@@ -34,6 +34,7 @@ from infertop.report.records import (
     sync_records,
 )
 from infertop.report.schema import REPORT_VERSION, TOP_OPS
+from infertop.words import plural
 
 
 def _r(x: float, nd: int = 6) -> float:
@@ -165,7 +166,8 @@ def _sampling_notes(snap: Snapshot) -> list[str]:
     notes = []
     if snap.errors:
         notes.append(
-            f"{snap.errors} samples dropped: py-spy read a thread whose stack changed under it "
-            "(wall windows read without stopping the target), or wrote a line it could not parse"
+            f"{snap.errors} {plural(snap.errors, 'sample')} dropped: py-spy read a thread whose "
+            "stack changed under it (wall windows read without stopping the target), or wrote a "
+            "line it could not parse"
         )
     return notes + list(snap.status_notes)

@@ -48,3 +48,15 @@ def test_the_recordings_report_has_one_torch_profiler_window() -> None:
     text = run_cli("report", str(RECORDING)).stdout
     assert "(1 torch-profiler window, 0.1 s profiled)" in text
     assert "1 torch-profiler windows" not in text
+
+
+def test_one_dropped_sample_is_one_sample() -> None:
+    """The report's sampling note on py-spy's errors (``sampling.notes``)."""
+    from types import SimpleNamespace
+
+    from infertop.report.build import _sampling_notes
+
+    one = _sampling_notes(SimpleNamespace(errors=1, status_notes=()))  # type: ignore[arg-type]
+    assert one[0].startswith("1 sample dropped: py-spy read a thread whose stack changed")
+    two = _sampling_notes(SimpleNamespace(errors=2, status_notes=()))  # type: ignore[arg-type]
+    assert two[0].startswith("2 samples dropped: ")
