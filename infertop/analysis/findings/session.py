@@ -13,7 +13,7 @@ from infertop.analysis.findings.rules import FindingInput, MemoryState
 from infertop.analysis.gpu_series import NvmlBusy, memory_summary, nvml_busy
 from infertop.analysis.processes.roles import has_llm_engine
 from infertop.analysis.snapshot import Snapshot
-from infertop.analysis.stages import IDLE, caught_waiting
+from infertop.analysis.stages import IDLE, QUEUE, caught_waiting
 from infertop.analysis.trace_ops import OutsideOps
 from infertop.model.rows import OpRow
 from infertop.trace.gpu import GpuSummary
@@ -37,8 +37,10 @@ def snapshot_input(snap: Snapshot) -> FindingInput:
     shares = {s.name: s.share for s in totals}
     where: dict[str, list[str]] = {}
     for t in snap.top:
-        if caught_waiting([t.frame]):
-            continue  # a wait (vLLM's engine core spinning on its worker) is no place to fix
+        if t.stage != QUEUE and caught_waiting([t.frame]):
+            # a wait is no place to fix work in (vLLM's engine core spinning on its worker,
+            # its forward); a queue's wait is where queue-wait points
+            continue
         where.setdefault(t.stage, []).append(
             f"{t.frame.function} ({t.frame.short_file}:{t.frame.line})"
         )
