@@ -94,6 +94,16 @@ DEFAULT_STAGE_RULES: tuple[tuple[str, str], ...] = (
     ("prepare", "*/vllm/v1/worker/*:*.execute_model"),
     ("forward", "*/vllm/model_executor/*:*"),
     ("forward", "*/vllm/compilation/*:*"),
+    # SGLang (0.5, from its source; not run here: docs/stages.md): its scheduler process runs
+    # the model; its step is choosing the batch, running it, processing the result
+    ("ipc", "*/sglang/srt/managers/scheduler.py:Scheduler.ingest_requests"),
+    ("schedule", "*/sglang/srt/managers/schedule_policy.py:*"),
+    ("schedule", "*/sglang/srt/managers/scheduler.py:Scheduler.get_next_batch_to_run"),
+    ("postprocess", "*/sglang/srt/managers/scheduler_components/batch_result_processor.py:*"),
+    ("postprocess", "*/sglang/srt/layers/sampler.py:*"),
+    ("prepare", "*/sglang/srt/model_executor/forward_batch_info.py:*"),
+    ("forward", "*/sglang/srt/model_executor/*:*"),
+    ("forward", "*/sglang/srt/models/*:*"),
     # the handler methods of serving frameworks (LitServe's LitAPI, Triton's Python backend; a
     # model's ``predict``, as scikit-learn's and most servers' APIs call it), before the
     # generic names below (``decode_request`` is no tokenizer decode)
