@@ -61,3 +61,19 @@ def test_scheduling_and_updating_from_the_output_are_told_apart() -> None:
     assert c.classify(sched)[0] == "schedule"
     assert c.classify(update)[0] == "postprocess"
     assert c.classify(idle)[0] == "idle"  # no request to schedule: no work, not a queue
+
+
+def test_sglang_s_scheduler_step_reads_the_same_way() -> None:
+    c = StageClassifier()
+    loop = ("sglang/srt/managers/scheduler.py", "Scheduler.event_loop_normal")
+    cases = {
+        "schedule": [loop, ("sglang/srt/managers/scheduler.py", "Scheduler.get_next_batch_to_run"),
+                     ("sglang/srt/managers/schedule_policy.py", "PrefillAdder.add_one_req")],
+        "forward": [loop, ("sglang/srt/managers/scheduler.py", "Scheduler.run_batch"),
+                    ("sglang/srt/model_executor/model_runner.py", "ModelRunner.forward")],
+        "postprocess": [loop, ("sglang/srt/managers/scheduler_components/batch_result_processor.py",
+                               "process_batch_result_decode")],
+        "ipc": [loop, ("sglang/srt/managers/scheduler.py", "Scheduler.ingest_requests")],
+    }  # fmt: skip
+    for stage, frames in cases.items():
+        assert c.classify(stack(*frames))[0] == stage, (stage, frames)
