@@ -1,7 +1,8 @@
 """py-spy collector: Python stacks of every thread, in short ``py-spy record`` windows.
 
 py-spy writes its output only when it stops, so a live view runs it in back-to-back windows
-(default 1 s), stopping each with SIGINT and parsing its ``raw`` output (one line per unique
+(default 1 s, longer where py-spy is slow to start: ``START_SHARE``), each ended by py-spy's own
+``--duration`` (SIGINT only to stop early), parsing its ``raw`` output (one line per unique
 stack with a count).
 
 Windows alternate between two kinds (``cpu_every``): *wall* windows run py-spy with ``--idle``,
@@ -297,9 +298,9 @@ class PySpyCollector:
             # THREAD_REFRESH_WINDOWS windows and, with --children, as soon as the processes
             # followed change (a dump of each: on a busy vLLM host each took as long as
             # py-spy's start-up there, 3 s for four processes, between two windows)
-            if self.cpu_every != 1:
-                pass
-            elif n_window % THREAD_REFRESH_WINDOWS == 0 or counted != self._live_children():
+            if self.cpu_every == 1 and (
+                n_window % THREAD_REFRESH_WINDOWS == 0 or counted != self._live_children()
+            ):
                 counted = self._live_children()
                 self._threads = self._count_threads() or self._threads
             n_window += 1
