@@ -109,9 +109,9 @@ class LoopLagSummary:
 class PauseSummary:
     gc: GcSummary | None
     event_loop: LoopLagSummary | None
-    #: the share of wall time the agent's thread was kept from running for GIL_LATE_S or more
-    #: at a stretch (the GIL held by a C call that keeps it, or no CPU): the busiest process's;
-    #: None: the call sampler did not run
+    #: the share of wall time the target's threads waited for the GIL, GIL_LATE_S or more at a
+    #: stretch (held by a C call that keeps it; the agent's ``gil_waits``): the busiest
+    #: process's; None: the call sampler did not run
     gil_share: float | None = None
 
 

@@ -313,8 +313,10 @@ class CallSamples:
 
     rate_hz: float
     samples: tuple[tuple[int, float, int], ...]
-    #: [t_start, t_end] (unix s) when the sampler's thread was kept from running for at least
-    #: the agent's GIL_LATE_S past its wake-up: the GIL held (a C call keeping it), or no CPU
+    #: [t_start, t_end] (unix s) when the target's threads waited GIL_LATE_S or more for a GIL
+    #: held without a switch (a C call keeping it): the agent's thread woke that late, not for
+    #: want of a CPU, while two or more of the target's threads ran (docs/agent-protocol.md;
+    #: agents before ``cpu_waits`` sent every late wake-up of their own thread, for any cause)
     gil_waits: tuple[tuple[float, float], ...] = ()
     pid: int = 0
 

@@ -99,6 +99,7 @@ class _Agent(
         self.listener = None
         self.client = None
         self.window = None
+        self._close_schedstat()
         mod = sys.modules.get(REGISTRY_KEY)
         if mod is not None and getattr(mod, "agent", None) is self:
             sys.modules.pop(REGISTRY_KEY, None)
@@ -165,6 +166,7 @@ class _Agent(
         return [fd for fd, _mask in ready]
 
     def _step(self):
+        self._note_sleep()  # first: its reads may wait for the GIL, then the timeout is right
         now = time.monotonic()
         wake = now + 0.5
         if self.window is not None:

@@ -81,5 +81,15 @@ MAX_SAMPLE_DEPTH = 256
 #: agent knows an annotation only when it ends, so its calls are joined to samples afterwards
 SPAN_THREAD_KEEP_S = 5.0
 #: the agent's thread woke this much later than it asked to (its poll timed out): it waited
-#: for the GIL (held by a C call that keeps it) or for a CPU; 2x the 5 ms switch interval
+#: for the GIL (held by a C call that keeps it) or for a CPU; 2x the 5 ms switch interval.
+#: Which of the two is told by the thread's own run-queue wait over the poll (schedstat), and
+#: whether the target's threads waited too by their CPU clocks (callsamples.py, ``_note_wake``)
 GIL_LATE_S = 0.010
+#: how often the agent lists the target's Python threads that ran since the last look (their
+#: CPU clocks): only those are read around each poll, at most MAX_GIL_THREADS of them
+GIL_THREADS_SCAN_S = 1.0
+MAX_GIL_THREADS = 16
+#: the agent's run-queue delay is read after each late wake-up, and before a poll only when the
+#: last reading is this old: a poll that ends late then counts as waiting for a CPU what the
+#: on-time ones before it waited too (sub-millisecond on a host with CPUs to spare)
+RUN_DELAY_READ_S = 0.1

@@ -446,7 +446,7 @@ def gil_contention(inp: FindingInput, th: FindingThresholds) -> Finding | None:
         "gil-contention",
         _severity(share, 0.35, 0.5),
         f"the GIL was held without a switch {100 * share:.0f}% of the time, in stretches of "
-        "10 ms or more (other Python threads could not run)",
+        "10 ms or more, while other Python threads of the process waited for it",
         {"gil_wait_share": round(share, 4)},
         (),
         "move CPU-bound Python (tokenizers, JSON) to processes or GIL-releasing libraries; "

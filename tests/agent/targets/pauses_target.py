@@ -6,10 +6,12 @@ runs a full collection over a heap of cycles (a pause of some milliseconds). A s
 an asyncio event loop whose one callback blocks it for ``--block-ms`` once a second. With
 ``--forward-ms``, each iteration also calls ``forward`` (a sleep of that long), which takes
 ``--spell-factor`` times longer for ``--spell-s`` seconds starting ``--spell-at`` seconds after
-the start (a spell of slow forwards); with ``--forward-busy`` it spins on the CPU instead. ``--gil-hog`` adds a thread that keeps the GIL in C. Writes ``--status`` every 0.1 s as JSON: iterations, the
-full collections it ran and their own measured time, whether any ``gc.callbacks`` are
-installed, the spell's unix times and the thread ids, so tests can check what the agent saw and
-that detach left nothing behind.
+the start (a spell of slow forwards); with ``--forward-busy`` it spins on the CPU instead.
+``--gil-hog`` adds a thread that keeps the GIL in C; ``--serialize`` ends each iteration with a
+``json.dumps`` that keeps it (~20 ms, on the main thread: no other thread waits for it). Writes
+``--status`` every 0.1 s as JSON: iterations, the full collections it ran and their own
+measured time, whether any ``gc.callbacks`` are installed, the spell's unix times and the thread
+ids, so tests can check what the agent saw and that detach left nothing behind.
 """
 
 from __future__ import annotations
@@ -91,12 +93,17 @@ def main() -> int:
     ap.add_argument("--spell-factor", type=float, default=3.0)
     ap.add_argument("--forward-busy", action="store_true", help="forward spins on a CPU")
     ap.add_argument("--gil-hog", action="store_true", help="a thread that keeps the GIL in C")
+    ap.add_argument("--serialize", action="store_true", help="a json.dumps keeping the GIL")
     args = ap.parse_args()
     started = time.time()
     spell = (started + args.spell_at, started + args.spell_at + args.spell_s) if args.spell_at else None
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
     keep = [[i] for i in range(args.heap)]  # tracked objects: a full collection walks them
+    # what --serialize encodes: json.dumps keeps the GIL for the whole call (~20 ms here)
+    response = None
+    if args.serialize:
+        response = [{"ids": list(range(50)), "text": "x" * 100} for _ in range(6000)]
     loop_thread = {}
     if args.gil_hog:
         threading.Thread(target=hog_the_gil, daemon=True).start()
@@ -111,6 +118,8 @@ def main() -> int:
             now_wall = time.time()
             slow = spell is not None and spell[0] <= now_wall < spell[1]
             forward(args.forward_ms * (args.spell_factor if slow else 1.0), args.forward_busy)
+        if response is not None:
+            json.dumps(response)
         n += 1
         time.sleep(0.01)
         now = time.monotonic()
