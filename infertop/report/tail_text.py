@@ -8,7 +8,7 @@ from typing import Any
 #: overlaps as the text names them (the profiler windows are infertop's own)
 OVERLAP_NAMES = {
     "gc": "garbage collection",
-    "gil": "GIL held elsewhere (or no CPU)",
+    "gil": "GIL held elsewhere",
     "queue": "waiting in a queue",
     "sync": "host-device sync",
     "profiler": "infertop's own profiler windows",

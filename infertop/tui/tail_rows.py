@@ -20,7 +20,7 @@ MORE = "#f01e1e"  # the differential flame's "grew most" red: what the slow call
 #: what each overlap is, as the view names it (``tail.OVERLAPS``)
 OVERLAP_LABELS = {
     "gc": "garbage collection",
-    "gil": "GIL held / no CPU",
+    "gil": "GIL held elsewhere",
     "queue": "waiting in a queue",
     "sync": "host-device syncs",
     "profiler": "our own profiler windows",

@@ -87,12 +87,12 @@ def test_overlaps_name_our_own_profiler_and_what_was_not_measured() -> None:
     lines = {t.plain.split("  ")[1].strip(): t.plain for t in overlap_lines(_tail())[1:]}
     assert list(lines) == [
         "garbage collection",
-        "GIL held / no CPU",
+        "GIL held elsewhere",
         "waiting in a queue",
         "host-device syncs",
         "our own profiler windows",
     ]
-    assert "9.4%" in lines["GIL held / no CPU"]
+    assert "9.4%" in lines["GIL held elsewhere"]
     assert "not measured" in lines["host-device syncs"]
     assert "1.2%" in lines["our own profiler windows"]
 

@@ -66,10 +66,10 @@ async def test_l_opens_the_tail_of_the_stage_with_most_calls(tmp_path: Path) -> 
         assert "at 0:00.68" in calls[0] and "44.4 ms" in calls[0] and "MainThread" in calls[0]
         assert "41.3 ms" in calls[1]
         # what they overlapped, every kind named, our own profiler's windows too
-        for label in ("garbage collection", "GIL held / no CPU", "waiting in a queue"):
+        for label in ("garbage collection", "GIL held elsewhere", "waiting in a queue"):
             assert label in text
         assert "host-device syncs" in text and "our own profiler windows" in text
-        gil = next(line for line in text.splitlines() if "GIL held / no CPU" in line)
+        gil = next(line for line in text.splitlines() if "GIL held elsewhere" in line)
         assert "9.4%" in gil
 
 
@@ -182,7 +182,7 @@ async def test_without_call_samples_it_says_why_and_still_lists_the_slowest_call
         text = screen_text(app)
         assert "--stage STAGE=FUNCTION (Python ≥ 3.12)" in text and "infertop.stage(" in text
         assert "44.4 ms" in text and "MainThread" in text  # the spans are there
-        gil = next(line for line in text.splitlines() if "GIL held / no CPU" in line)
+        gil = next(line for line in text.splitlines() if "GIL held elsewhere" in line)
         assert "not measured" in gil
         assert "rare_slow_path" not in text  # no frames, no flame
         assert not screen.query_one(TailFlameList).display
