@@ -58,6 +58,15 @@ class EngineSummary:
         return {s: mean * n / total for s, n in self.core if s not in NOT_THE_ENGINE}
 
 
+def engine_of(labels: Sequence[tuple[int, str]], process: int | None) -> bool:
+    """Whether a snapshot of the whole session (``process`` None) or of one of its processes
+    has an engine to summarize: the session's where an engine is among its processes, and of
+    its processes only the model worker's (its step is where engine-step-overhead points)."""
+    if engine_kind(labels) is None:
+        return False
+    return process is None or dict(labels).get(process, "").startswith(WORKERS)
+
+
 def engine_kind(labels: Sequence[tuple[int, str]]) -> str | None:
     """"vllm" or "sglang" where one of the processes is an engine's scheduler; else None."""
     for _pid, role in labels:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from infertop.analysis.batches import BatchCalls, calls_by_batch
 from infertop.analysis.flame import FlameNode, TopFrame, build_flame, top_frames
-from infertop.analysis.engine import EngineSummary, engine_summary
+from infertop.analysis.engine import EngineSummary, engine_of, engine_summary
 from infertop.analysis.fold import FlameShape, ShaperCache
 from infertop.analysis.generation import GenerationSummary, summarize_generations
 from infertop.analysis.gpu_series import GpuAccumulator, GpuView, gpu_view, memory_summary
@@ -441,5 +441,5 @@ def build_snapshot(
         generation=_generation(session, t, kept, allocator, process),
         batches=calls_by_batch(kept),
         requests=summarize_requests(kept, duration, session.thread_pid) if tails is not None else None,
-        engine=engine_summary(session, kept, duration, t, labels) if labels else None,
+        engine=engine_summary(session, kept, duration, t, labels) if engine_of(labels, process) else None,
     )

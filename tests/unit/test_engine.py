@@ -96,3 +96,13 @@ def test_only_a_step_that_ran_the_model_is_a_step_and_its_outputs_are_its_batch(
     assert ran(({}, True)) is True  # ran, batch not told
     two_clients = {0: SimpleNamespace(outputs=[1, 2]), 1: SimpleNamespace(outputs=[3])}
     assert ran((two_clients, True)) == 3
+
+
+def test_of_the_processes_only_the_model_worker_has_the_engine_s_finding() -> None:
+    from infertop.analysis.engine import engine_of
+
+    labels = ((10, "vllm api"), (11, "vllm engine core"), (12, "vllm model worker"),
+              (13, "resource tracker"))  # fmt: skip
+    assert engine_of(labels, None) and engine_of(labels, 12)
+    assert not any(engine_of(labels, pid) for pid in (10, 11, 13))
+    assert not engine_of(((1, "api"), (2, "inference 1")), None)
