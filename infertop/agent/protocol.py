@@ -33,7 +33,12 @@ _PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 
 
 class ProtocolError(Exception):
-    """A malformed, oversized or unreadable frame; the connection should be closed."""
+    """A malformed, oversized or unreadable frame; the connection should be closed.
+
+    Raised by ``FrameDecoder.feed``, ``before`` holds the messages of the frames that came
+    before the bad one in the data fed (a receiver may still act on them)."""
+
+    before: list = []
 
 
 class ConnectionClosed(ProtocolError):
@@ -112,16 +117,26 @@ class FrameDecoder:
         self._need = 0  # body length of the frame being read, 0 while reading a header
 
     def feed(self, data: bytes) -> list:
+        """The messages completed by ``data``; a bad frame raises ``ProtocolError`` (whose
+        ``before`` are the messages completed ahead of it), after which the stream is broken."""
+        out: list = []
+        try:
+            self._decode(data, out)
+        except ProtocolError as exc:
+            exc.before = out
+            raise
+        return out
+
+    def _decode(self, data: bytes, out: list) -> None:
         self._buf += data
-        out = []
         while True:
             if self._need == 0:
                 if len(self._buf) < _HEADER.size:
-                    return out
+                    return
                 self._need = _frame_length(bytes(self._buf[: _HEADER.size]))
                 del self._buf[: _HEADER.size]
             if len(self._buf) < self._need:
-                return out
+                return
             body = bytes(self._buf[: self._need])
             del self._buf[: self._need]
             self._need = 0
@@ -209,6 +224,23 @@ def check_socket_dir(path: str, uid: int) -> str | None:
     return None
 
 
+def check_socket(path: str) -> str | None:
+    """Why a client must not connect to the agent socket at ``path`` (None when it may): its
+    directory must pass ``check_socket_dir`` for this user (for root: for the directory's
+    owner), and the socket must be a socket of the directory's owner. Raises
+    FileNotFoundError when there is no socket (no agent), OSError when it cannot be looked at."""
+    directory = os.path.dirname(path) or "."
+    owner = os.lstat(directory).st_uid
+    st = os.lstat(path)
+    me = os.geteuid()
+    reason = check_socket_dir(directory, owner if me == 0 else me)
+    if reason is not None:
+        return reason
+    if not stat.S_ISSOCK(st.st_mode) or st.st_uid != owner:
+        return "%s is not a socket of its directory's owner" % path
+    return None
+
+
 def ensure_socket_dir(uid: int | None = None, gid: int | None = None, root: str = "") -> str:
     """Create (0700) or validate the socket directory; raise UnsafeSocketDir when it is unsafe.
 
@@ -256,7 +288,7 @@ def peer_allowed(uid: int, own_uid: int | None = None) -> bool:
 
 def _proc_status(pid: int) -> dict:
     out = {}
-    with open("/proc/%d/status" % pid, "r", encoding="utf-8", errors="replace") as fh:
+    with open("/proc/%d/status" % pid, encoding="utf-8", errors="replace") as fh:
         for line in fh:
             key, _, value = line.partition(":")
             out[key] = value.split()

@@ -118,6 +118,16 @@ def test_frame_decoder_handles_any_split():
         assert not dec.pending
 
 
+def test_frame_decoder_keeps_the_messages_before_a_bad_frame():
+    good = P.encode_msg({"type": "status", "n": 1})
+    for bad in (struct.pack(">I", P.MAX_FRAME + 1), struct.pack(">I", 2) + b"[]"):
+        with pytest.raises(P.ProtocolError) as info:
+            P.FrameDecoder().feed(good + good + bad + good)
+        assert [m["n"] for m in info.value.before] == [1, 1]
+    dec = P.FrameDecoder()
+    assert dec.feed(struct.pack(">I", P.MAX_FRAME)) == [] and dec.pending  # at the limit: waits
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.binary(max_size=2048))
 def test_fuzz_random_bytes_only_protocol_errors(data):
@@ -219,6 +229,23 @@ def test_check_socket_dir(tmp_path):
     assert "not a directory" in P.check_socket_dir(str(afile), uid)
     assert "owned by" in P.check_socket_dir(str(good), uid + 1)
     assert "does not exist" in P.check_socket_dir(str(tmp_path / "nope"), uid)
+
+
+def test_check_socket_a_client_connects_to(tmp_path):
+    home = tmp_path / "infertop-x"
+    home.mkdir(mode=0o700)
+    os.chmod(home, 0o700)
+    path = str(home / "agent-1.sock")
+    with pytest.raises(FileNotFoundError):
+        P.check_socket(path)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+        server.bind(path)
+        assert P.check_socket(path) is None
+        os.chmod(home, 0o755)
+        assert "0700" in P.check_socket(path)
+    os.chmod(home, 0o700)
+    (home / "plain").write_text("")
+    assert "not a socket" in P.check_socket(str(home / "plain"))
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to chown")

@@ -16,7 +16,6 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from infertop.collect.agent.client import encode_frame
 
 Script = Callable[["FakeAgent", socket.socket], None]
 
@@ -71,7 +70,10 @@ class FakeAgent:
 
     @staticmethod
     def send(conn: socket.socket, obj: dict[str, Any]) -> None:
-        conn.sendall(encode_frame(obj))
+        """Framed as the protocol frames it, but as given: a rude agent sends what the
+        protocol's own encoder would refuse (no object, another version)."""
+        body = json.dumps(obj).encode()
+        conn.sendall(struct.pack(">I", len(body)) + body)
 
     def handshake(self, conn: socket.socket, torch: str | None = "2.3.1") -> None:
         """hello, configure and start answered like the real agent."""

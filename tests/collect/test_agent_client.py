@@ -14,15 +14,8 @@ from typing import Any
 import pytest
 
 from infertop.analysis.session import Session
-from infertop.collect.agent.client import (
-    MAX_FRAME,
-    AgentCollector,
-    AgentConfig,
-    FrameReader,
-    check_socket,
-    encode_frame,
-    socket_path,
-)
+from infertop.agent import protocol
+from infertop.collect.agent.client import AgentCollector, AgentConfig
 from infertop.model.events import (
     AllocatorReading,
     CollectorStatus,
@@ -198,11 +191,11 @@ def _hang_up(agent: FakeAgent, conn: socket.socket) -> None:
 @pytest.mark.parametrize(
     ("then", "state", "words"),
     [
-        (_garbage, "failed", "not JSON"),
+        (_garbage, "failed", "not UTF-8 JSON"),
         (_mid_frame, "failed", "middle of a message"),
         (_huge, "failed", "limit"),
         (_not_an_object, "failed", "not a JSON object"),
-        (_newer_protocol, "failed", "protocol 2"),
+        (_newer_protocol, "failed", "protocol version 2"),
         (_hang_up, "stopped", "closed the connection"),
     ],
 )
@@ -286,11 +279,11 @@ def test_no_socket_is_unavailable_and_a_loose_directory_is_refused(agents, tmp_p
     c.stop()
 
     agent = agents(good_agent, mode=0o755)
-    assert check_socket(agent.path) is not None
+    assert protocol.check_socket(agent.path) is not None
     c = AgentCollector(agent.path)
     c.start()
     events = collect(c, lambda ev: bool(statuses(ev)))
-    assert last_state(events) == "failed" and "mode 755, not 700" in events[-1].message
+    assert last_state(events) == "failed" and "has mode 755" in events[-1].message
     c.stop()
     assert agent.received == []  # never connected
 
@@ -365,36 +358,6 @@ def test_an_older_agent_without_profile_now_is_not_broken_by_it(agents) -> None:
     assert [m["cmd"] for m in agent.received].count("profile_now") == 1
     assert agent.received[-1]["cmd"] == "detach"
     assert last_state(c.poll()) == "stopped"
-
-
-def test_frame_reader_reassembles_split_and_joined_frames() -> None:
-    frames = b"".join(encode_frame({"v": 1, "type": "status", "n": i}) for i in range(3))
-    r = FrameReader()
-    out: list[dict[str, Any]] = []
-    for i in range(0, len(frames), 5):
-        out += r.feed(frames[i : i + 5])
-    assert [m["n"] for m in out] == [0, 1, 2] and not r.mid_frame
-    assert r.feed(frames[:7]) == [] and r.mid_frame
-
-
-def test_frame_reader_refuses_oversized_and_non_json_frames() -> None:
-    good = encode_frame({"v": 1, "type": "status"})
-    for bad, why in [
-        (struct.pack(">I", MAX_FRAME + 1), "limit"),
-        (struct.pack(">I", 3) + b"\xc3\x28!", "not JSON"),
-        (encode_frame([1]), "not a JSON object"),  # type: ignore[arg-type]
-    ]:
-        r = FrameReader()
-        assert r.feed(good + bad + good) == [{"v": 1, "type": "status"}]  # up to the break
-        assert r.error is not None and why in r.error
-        assert r.feed(good) == []  # a broken stream stays broken
-    r = FrameReader()
-    assert r.feed(struct.pack(">I", MAX_FRAME)) == [] and r.error is None  # at the limit: waits
-
-
-def test_socket_path_follows_the_protocol() -> None:
-    assert socket_path(1234, 1000) == "/tmp/infertop-1000/agent-1234.sock"
-    assert socket_path(os.getpid()) == f"/tmp/infertop-{os.geteuid()}/agent-{os.getpid()}.sock"
 
 
 # -- through the live pipeline into a recording and back ------------------------------------------

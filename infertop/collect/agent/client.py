@@ -10,17 +10,14 @@ every failure → ``CollectorStatus(collector="agent")``. Nothing here raises ou
 
 from __future__ import annotations
 
-import json
-import os
 import queue
 import socket
-import stat
-import struct
 import threading
 import time
 from dataclasses import dataclass, replace
 from typing import Any
 
+from infertop.agent import protocol
 from infertop.collect.base import drain
 from infertop.model.events import (
     CollectorStatus,
@@ -36,9 +33,7 @@ from infertop.model.events import (
 from infertop.model.fields import decode_allocator, decode_op_window
 from infertop.model.numbers import real, whole
 
-PROTOCOL = 1
-MAX_FRAME = 16 * 1024 * 1024
-LENGTH = struct.Struct(">I")
+PROTOCOL = protocol.VERSION
 STATES = ("running", "stopped", "unavailable", "failed")
 #: the agent's own status states that mean "no windows will come"; any other is "running"
 NO_WINDOWS = {"no-profiler": "unavailable", "profiler-busy": "unavailable"}
@@ -74,87 +69,6 @@ class AgentConfig:
             "pauses": self.pauses,
             "generate_functions": list(self.generate_functions),
         }
-
-
-def socket_path(pid: int, uid: int | None = None) -> str:
-    """Where the agent of ``pid`` listens; ``uid`` defaults to the owner of the process."""
-    if uid is None:
-        try:
-            uid = os.stat(f"/proc/{pid}").st_uid
-        except OSError:
-            uid = os.geteuid()
-    return f"/tmp/infertop-{uid}/agent-{pid}.sock"
-
-
-def check_socket(path: str) -> tuple[str, str] | None:
-    """(state, why) when the socket must not be used: missing, or in a directory that someone
-    else could have planted it in (not 0700, or owned by another user); None when it is fine."""
-    directory = os.path.dirname(path) or "."
-    try:
-        d = os.lstat(directory)
-        s = os.lstat(path)
-    except FileNotFoundError:
-        return "unavailable", f"no agent socket at {path} (no agent in the target)"
-    except OSError as exc:
-        return "failed", f"cannot look at {path}: {exc.strerror or exc}"
-    me = os.geteuid()
-    if not stat.S_ISDIR(d.st_mode):
-        return "failed", f"refusing {directory}: not a directory"
-    if d.st_mode & 0o077:
-        return "failed", f"refusing {directory}: mode {d.st_mode & 0o777:o}, not 700"
-    if me != 0 and d.st_uid != me:
-        return "failed", f"refusing {directory}: it belongs to uid {d.st_uid}, not to you"
-    if not stat.S_ISSOCK(s.st_mode) or s.st_uid != d.st_uid:
-        return "failed", f"refusing {path}: not a socket of the directory's owner"
-    return None
-
-
-# -- framing ----------------------------------------------------------------------------------
-def encode_frame(obj: dict[str, Any]) -> bytes:
-    body = json.dumps(obj, separators=(",", ":")).encode()
-    return LENGTH.pack(len(body)) + body
-
-
-class FrameReader:
-    """Reassembles frames (u32 big-endian length, UTF-8 JSON object) from stream chunks.
-
-    A frame over the limit, or one that is not a JSON object, breaks the stream: ``error``
-    says why, and the frames before it are still returned.
-    """
-
-    def __init__(self, limit: int = MAX_FRAME) -> None:
-        self.limit = limit
-        self.error: str | None = None
-        self._buf = bytearray()
-
-    @property
-    def mid_frame(self) -> bool:
-        return bool(self._buf)
-
-    def feed(self, data: bytes) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
-        if self.error is not None:
-            return out
-        self._buf += data
-        while len(self._buf) >= LENGTH.size:
-            (n,) = LENGTH.unpack_from(self._buf)
-            if n > self.limit:
-                self.error = f"a {n:,}-byte message (the limit is {self.limit:,})"
-                break
-            if len(self._buf) < LENGTH.size + n:
-                break
-            body = bytes(self._buf[LENGTH.size : LENGTH.size + n])
-            del self._buf[: LENGTH.size + n]
-            try:
-                obj = json.loads(body.decode("utf-8"))
-            except (UnicodeDecodeError, ValueError) as exc:
-                self.error = f"a message that is not JSON ({exc})"
-                break
-            if not isinstance(obj, dict):
-                self.error = "a message that is not a JSON object"
-                break
-            out.append(obj)
-        return out
 
 
 # -- messages → events ------------------------------------------------------------------------
@@ -302,7 +216,7 @@ class AgentCollector:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._sock: socket.socket | None = None
-        self._reader = FrameReader()
+        self._reader = protocol.FrameDecoder()
         self._agent_state: str | None = None  # the state of the agent's last status message
         self._pending: list[dict[str, Any]] = []  # read along with a reply, not yet handled
         self._broken: _Ended | None = None  # raised once the messages before it are handled
@@ -356,15 +270,19 @@ class AgentCollector:
                 self._sock = None
 
     def _session(self) -> None:
-        refused = check_socket(self.socket_path)
-        if refused is not None:
-            raise _Ended(*refused)
-        sock = self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.reply_timeout)
+        path = self.socket_path
         try:
-            sock.connect(self.socket_path)
+            refused = protocol.check_socket(path)
+        except FileNotFoundError:
+            raise _Ended("unavailable", f"no agent socket at {path} (no agent in the target)")
         except OSError as exc:
-            raise _Ended("failed", f"cannot connect to {self.socket_path}: {exc.strerror or exc}")
+            raise _Ended("failed", f"cannot look at {path}: {exc.strerror or exc}")
+        if refused is not None:
+            raise _Ended("failed", f"refusing the agent socket: {refused}")
+        try:
+            sock = self._sock = protocol.connect(path, timeout=self.reply_timeout)
+        except OSError as exc:
+            raise _Ended("failed", f"cannot connect to {path}: {exc.strerror or exc}")
         sock.settimeout(TICK_S)
         hello = self._request({"v": PROTOCOL, "cmd": "hello", "client": self.client}, "hello")
         for ev in hello_events(hello, self.target):
@@ -422,7 +340,7 @@ class AgentCollector:
     def _send(self, obj: dict[str, Any]) -> None:
         assert self._sock is not None
         try:
-            self._sock.sendall(encode_frame(obj))
+            self._sock.sendall(protocol.encode_msg(obj))
         except OSError as exc:
             raise _Ended("stopped", f"the agent closed the connection ({exc.strerror or exc})")
 
@@ -458,25 +376,19 @@ class AgentCollector:
         assert self._sock is not None
         try:
             data = self._sock.recv(1 << 16)
-        except socket.timeout:
+        except TimeoutError:
             return []
         except OSError as exc:
             raise _Ended("stopped", f"the agent connection broke ({exc.strerror or exc})")
         if not data:
-            if self._reader.mid_frame:
+            if self._reader.pending:
                 raise _Ended("failed", "the agent closed the connection in the middle of a message")
             raise _Ended("stopped", "the agent closed the connection")
-        good: list[dict[str, Any]] = []
-        for msg in self._reader.feed(data):
-            v = msg.get("v", PROTOCOL)
-            if v != PROTOCOL:
-                why = f"the agent speaks protocol {v!r}; this infertop speaks {PROTOCOL}"
-                self._broken = _Ended("failed", why)
-                return good
-            good.append(msg)
-        if self._reader.error is not None:
-            self._broken = _Ended("failed", f"protocol error: {self._reader.error}; disconnected")
-        return good
+        try:
+            return self._reader.feed(data)  # type: ignore[no-any-return]
+        except protocol.ProtocolError as exc:
+            self._broken = _Ended("failed", f"protocol error: {exc}; disconnected")
+            return exc.before  # type: ignore[no-any-return]
 
     def _dispatch(self, msg: dict[str, Any]) -> None:
         state = self._agent_state or "running"  # a complaint does not change the agent's state
