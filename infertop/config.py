@@ -455,7 +455,8 @@ def load_config(path: str | None) -> Config:
             known = ", ".join(FindingThresholds.__dataclass_fields__)
             raise UsageError(f"{path}: unknown finding threshold {key!r}", f"known: {known}")
         try:
-            findings = replace(findings, **{key: type(getattr(findings, key))(_positive(value, f"findings.{key}", path))})
+            number = type(getattr(findings, key))(_positive(value, f"findings.{key}", path))
+            findings = replace(findings, **{key: number})
         except ValueError as exc:
             raise UsageError(str(exc)) from None
     cfg = Config(collect=collect, stage_rules=tuple(rules), findings=findings,

@@ -269,7 +269,7 @@ def utilization_summary(readings: Sequence[GpuReading]) -> list[dict[str, object
         devs = [d for r in readings for d in r.devices if d.index == i]
         last = devs[-1]
 
-        def col(name: str) -> list[float]:
+        def col(name: str, devs: list[GpuDeviceReading] = devs) -> list[float]:
             return [v for d in devs if (v := getattr(d, name)) is not None]
 
         throttled: dict[str, int] = {}

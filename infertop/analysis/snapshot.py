@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from infertop.analysis.batches import BatchCalls, calls_by_batch
-from infertop.analysis.flame import FlameNode, TopFrame, build_flame, top_frames
 from infertop.analysis.engine import EngineSummary, engine_of, engine_summary
+from infertop.analysis.flame import FlameNode, TopFrame, build_flame, top_frames
 from infertop.analysis.fold import FlameShape, ShaperCache
 from infertop.analysis.generation import GenerationSummary, summarize_generations
 from infertop.analysis.gpu_series import GpuAccumulator, GpuView, gpu_view, memory_summary

@@ -17,7 +17,8 @@ if TYPE_CHECKING:
 DESCRIPTION = (
     "chrome: Trace Event Format JSON for Perfetto / chrome://tracing (gzip when OUT "
     "ends in .gz); speedscope: sampled CPU profiles per thread and per stage; kineto: the "
-    "recording's torch.profiler windows as a trace for TensorBoard / Holistic Trace Analysis; pprof: the CPU samples as a gzipped "
+    "recording's torch.profiler windows as a trace for TensorBoard / Holistic Trace Analysis; "
+    "pprof: the CPU samples as a gzipped "
     "pprof profile labelled by stage, thread and process (go tool pprof, Pyroscope, Parca); "
     "pprof-ops: the torch-profiler windows' op time as pprof (op path -> kernel). "
     "See docs/export.md."

@@ -33,8 +33,9 @@ class _Profile:
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.samples: IO[bytes] = tempfile.TemporaryFile()
-        self.weights: IO[bytes] = tempfile.TemporaryFile()
+        # both closed by write_to, once copied into the export
+        self.samples: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115
+        self.weights: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115
         self.n = 0
         self.pending: tuple[int, ...] | None = None
         self.pending_w = 0.0

@@ -8,7 +8,6 @@ just the event stream written in order.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Union
 
 from infertop.model.gpu import GpuReading
 
@@ -343,23 +342,23 @@ class GenerationCall:
     pid: int = 0  # the process, as ``OpWindow.pid``
 
 
-Event = Union[
-    TargetInfo,
-    FrameDef,
-    StackDef,
-    ThreadDef,
-    ProcessDef,
-    SampleWindow,
-    CollectorStatus,
-    StageSpan,
-    TargetExited,
-    Marker,
-    StageRules,
-    OpWindow,
-    AllocatorReading,
-    GpuReading,
-    GcPause,
-    LoopLag,
-    CallSamples,
-    GenerationCall,
-]
+Event = (
+    TargetInfo
+    | FrameDef
+    | StackDef
+    | ThreadDef
+    | ProcessDef
+    | SampleWindow
+    | CollectorStatus
+    | StageSpan
+    | TargetExited
+    | Marker
+    | StageRules
+    | OpWindow
+    | AllocatorReading
+    | GpuReading
+    | GcPause
+    | LoopLag
+    | CallSamples
+    | GenerationCall
+)

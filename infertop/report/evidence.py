@@ -19,9 +19,13 @@ def evidence_value(key: str, value: Any, siblings: dict[str, Any] | None = None)
     ``threshold 0.25``."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return str(value)
-    if key == "threshold" and siblings and 0 <= value <= 1.5:
-        if any(_is_share(k, v) for k, v in siblings.items() if k != key):
-            return f"{100 * value:.1f}%"
+    if (
+        key == "threshold"
+        and siblings
+        and 0 <= value <= 1.5
+        and any(_is_share(k, v) for k, v in siblings.items() if k != key)
+    ):
+        return f"{100 * value:.1f}%"
     if _is_share(key, value):
         return f"{100 * value:.1f}%"
     if key.endswith("_us"):

@@ -77,7 +77,10 @@ def requests_dict(req: RequestSummary | None) -> dict[str, Any] | None:
         "count": req.count,
         "per_s": None if req.per_s is None else _r(req.per_s, 2),
         "latency_ms": latency_dict(lat),
-        "by_route": [{"route": r.route, "count": r.count, "latency_ms": latency_dict(r.latency_ms)} for r in req.by_route],
+        "by_route": [
+            {"route": r.route, "count": r.count, "latency_ms": latency_dict(r.latency_ms)}
+            for r in req.by_route
+        ],
         "stages": {k: {"share": _r(a, 4), "slowest_share": _r(b, 4)} for k, a, b in req.stage_shares},
         # each stage's time in a request (ids, or calls joined by time), over those that have it
         "joined": req.joined,

@@ -108,7 +108,8 @@ def tail_markdown(rep: dict[str, Any]) -> list[str]:
         tail = st.get("tail")
         if not tail or not tail["slow_calls"]:
             continue
-        out += ["", f"### {st['name']}: {tail['slow_calls']} of {tail['calls']} calls ≥ {tail['threshold_ms']:.1f} ms", ""]
+        slow = f"{tail['slow_calls']} of {tail['calls']} calls ≥ {tail['threshold_ms']:.1f} ms"
+        out += ["", f"### {st['name']}: {slow}", ""]
         if tail["frames"]:
             out += ["| slow | typical | function | where |", "|---:|---:|---|---|"]
             for f in tail["frames"][:5]:

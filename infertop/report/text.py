@@ -136,7 +136,10 @@ def render_text(rep: dict[str, Any]) -> str:
     for st in rep["stages"]:
         bar = "█" * round(30 * st["share"])
         cpu = f"  cpu {_pct(st.get('cpu_share', st['share']))}" if wall else ""
-        out.append(f"  {st['name']:<12} {_pct(st['share'])}{cpu}  {st['seconds']:8.2f} s  {bar} {_latency(st)}".rstrip())
+        out.append(
+            f"  {st['name']:<12} {_pct(st['share'])}{cpu}  {st['seconds']:8.2f} s  {bar} "
+            f"{_latency(st)}".rstrip()
+        )
     if rep.get("idle"):  # a share of a larger whole than the stages' 100 %
         whose = "all thread time"
         if wall:
@@ -203,14 +206,21 @@ def render_markdown(rep: dict[str, Any]) -> str:
             )
     else:
         out.append("No bottleneck rule fired.")
-    out += ["", "## Stages", "", "| stage | wall share | cpu share | seconds | p50 ms | p99 ms | calls |", "|---|---:|---:|---:|---:|---:|---:|"]
+    out += [
+        "",
+        "## Stages",
+        "",
+        "| stage | wall share | cpu share | seconds | p50 ms | p99 ms | calls |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for st in rep["stages"]:
         lat = st["latency_ms"] or {}
         p50 = f"{lat['p50']:.1f}" if lat else ""
         p99 = f"{lat['p99']:.1f}" if lat else ""
         cpu = 100 * st.get("cpu_share", st["share"])
         out.append(
-            f"| {st['name']} | {100 * st['share']:.1f}% | {cpu:.1f}% | {st['seconds']:.2f} | {p50} | {p99} | {st['calls'] or ''} |"
+            f"| {st['name']} | {100 * st['share']:.1f}% | {cpu:.1f}% | {st['seconds']:.2f} "
+            f"| {p50} | {p99} | {st['calls'] or ''} |"
         )
     out += tail_markdown(rep)
     out += processes_markdown(rep)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 
 SEEK = Binding.Group("Seek", compact=True)
 SPEED = Binding.Group("Speed", compact=True)
@@ -16,7 +16,7 @@ def _b(key: str, action: str, text: str, help_text: str, **kw: Any) -> Binding:
     return Binding(key, action, text, tooltip=help_text, **kw)
 
 
-APP_BINDINGS = [
+APP_BINDINGS: list[BindingType] = [
     _b("q", "quit", "Quit", "quit (a recording in progress is closed cleanly)"),
 ]
 TAIL_BINDINGS = [
@@ -91,7 +91,7 @@ TAIL_BINDINGS = [
     _b("question_mark", "help", "Help", "this help", key_display="?"),
 ]
 
-LIVE_BINDINGS = [
+LIVE_BINDINGS: list[BindingType] = [
     _b("p", "pause", "Pause", "freeze the display; collecting (and recording) goes on"),
     _b("r", "record", "Record", "start / stop recording to ./infertop-PID-TIME.infertop"),
     _b(
@@ -106,7 +106,7 @@ LIVE_BINDINGS = [
     *TAIL_BINDINGS,
 ]
 
-REPLAY_BINDINGS = [
+REPLAY_BINDINGS: list[BindingType] = [
     _b("space,p", "play", "Play", "play / pause"),
     _b(
         "comma,less_than_sign,left",

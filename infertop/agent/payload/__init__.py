@@ -135,7 +135,7 @@ _START_CALL = (
 def _part_source(path):
     """One module's source as it goes into the joined text: no ``__future__`` import (the text
     has one at its top) and no block of imports for use as a module."""
-    with open(path, "r", encoding="utf-8") as fh:
+    with open(path, encoding="utf-8") as fh:
         text = fh.read()
     text = text.replace(_FUTURE, "", 1)
     start = text.find(_IMPORTED)

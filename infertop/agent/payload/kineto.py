@@ -129,7 +129,7 @@ class _KinetoLog:
             import ctypes
 
             paths = []
-            with open("/proc/self/maps", "r") as fh:
+            with open("/proc/self/maps") as fh:
                 for line in fh:
                     parts = line.split(None, 5)
                     if len(parts) == 6:

@@ -263,8 +263,8 @@ def export_chrome_recording(path: str, out: str, config: Config | None = None) -
         done = chunks.flush()
         if done is not None:
             counters.findings(emit, pid, done, ns)
-        dropped = sum(l.dropped for l in tracks.span_lanes.values()) + sum(
-            l.dropped for l in tracks.annot_lanes.values()
+        dropped = sum(lane.dropped for lane in tracks.span_lanes.values()) + sum(
+            lane.dropped for lane in tracks.annot_lanes.values()
         ) + pauses.dropped
         other: dict[str, Any] = {
             "exporter": f"infertop {__version__}",

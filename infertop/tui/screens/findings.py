@@ -8,11 +8,12 @@ where it happens: its Python frame in the flame, or its op / kernel / copy in th
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import OptionList, Static
@@ -121,7 +122,7 @@ def empty_text(snap: Snapshot | None) -> Text:
 class FindingsScreen(ModalScreen[Jump | None]):
     """Ranked findings over the flame panel; updated with every snapshot while open."""
 
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "close", "Close"),
         Binding("i", "close", "Close", show=False),
         # replay: seek under the open view and watch findings come and go (live: no effect)

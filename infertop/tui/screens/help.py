@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import ClassVar
 
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
@@ -82,7 +83,7 @@ def legend() -> Text:
 class HelpScreen(ModalScreen[None]):
     """A modal list of the keys; ``keys`` is (key, description) rows for this mode."""
 
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "app.pop_screen", "Close"),
         Binding("question_mark", "app.pop_screen", "Close", show=False),
     ]

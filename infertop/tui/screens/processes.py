@@ -5,10 +5,12 @@ cycles through them without opening this. Updated with every snapshot while open
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import OptionList, Static
@@ -58,7 +60,7 @@ def merged_text(snap: Snapshot | None, shown: bool) -> Text:
 class ProcessesScreen(ModalScreen[object]):
     """Dismissed with the chosen pid, ``ALL`` for the merged view, or None (closed)."""
 
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "close", "Close"),
         Binding("W", "close", "Close", show=False),
     ]

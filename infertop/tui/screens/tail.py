@@ -11,10 +11,12 @@ screen only shows ``Snapshot.tails`` and ``Snapshot.ui.tail_view``.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from rich.text import Text
 from textual.actions import SkipAction
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
@@ -72,7 +74,7 @@ class TailFlameList(FlameList):
 class TailScreen(ModalScreen[None]):
     """One stage's tail over the panels; redrawn with every snapshot while open."""
 
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "close", "Close"),
         Binding("l", "close", "Close", show=False),
         Binding("s", "stage(1)", "Next stage"),

@@ -3,9 +3,9 @@ help screen and the footer show."""
 
 from __future__ import annotations
 
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 
-FLAME_BINDINGS = [
+FLAME_BINDINGS: list[BindingType] = [
     Binding(
         "up",
         "up",

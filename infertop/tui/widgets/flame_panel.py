@@ -5,10 +5,11 @@ header line, and under a flame the selected frame's detail line (or the search l
 from __future__ import annotations
 
 import os
+from typing import ClassVar
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.message import Message
 from textual.widgets import Input, Static
@@ -26,7 +27,7 @@ __all__ = ["FlamePanel", "SearchInput"]
 class SearchInput(Input):
     """The flame's one-line search (``/``): enter keeps the highlight, esc clears it."""
 
-    BINDINGS = [Binding("escape", "cancel", "Clear", show=False)]
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Clear", show=False)]
 
     class Cancelled(Message):
         """Esc: the search is cleared."""

@@ -2,8 +2,9 @@
 
 A frame is a bar on its stage's colour with dark text (light text on a dark colour): its
 label, cut to the bar, and its share of every sample shown when that fits too. The last cell
-of a bar two or more cells wide is left blank (a bar under four cells has no label), so that siblings of one stage stay apart. The
-selected frame is drawn white (grey while the panel has not the focus); while a search is on,
+of a bar two or more cells wide is left blank (a bar under four cells has no label), so that
+siblings of one stage stay apart. The selected frame is drawn white (grey while the panel has
+not the focus); while a search is on,
 matching frames are bold and underlined and the others are dimmed. Fillers (frames too
 narrow to draw) are a dim grey.
 """

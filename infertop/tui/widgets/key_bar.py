@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import groupby
+from typing import ClassVar
 
 from rich.style import Style
 from rich.text import Text
@@ -33,7 +34,7 @@ class _Entry:
 class KeyBar(Widget):
     """One line of key hints for the screen it is on."""
 
-    COMPONENT_CLASSES = {"key-bar--key", "key-bar--description"}
+    COMPONENT_CLASSES: ClassVar[set[str]] = {"key-bar--key", "key-bar--description"}
     DEFAULT_CSS = """
     KeyBar {
         dock: bottom;

@@ -7,11 +7,12 @@ no profiler window has arrived the table (and the torch-ops flame) says why in o
 from __future__ import annotations
 
 import re
+from typing import ClassVar
 
 from rich.segment import Segment
 from rich.style import Style
 from textual import events
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.geometry import Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
@@ -101,7 +102,7 @@ def row_segments(row: OpRow, width: int, with_shapes: bool, base: Style) -> list
 class OpsTable(ScrollView, can_focus=True, inherit_bindings=False):
     """The table with a column header on the first line and a cursor over the rows."""
 
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("up", "cursor(-1)", "Up", show=False),
         Binding("down", "cursor(1)", "Down", show=False),
         Binding("pageup", "page(-1)", "PgUp", show=False),
