@@ -115,14 +115,136 @@ def resume_if_stopped(pid: int) -> None:
             pass
 
 
-def status(pid: int) -> dict[str, list[str]]:
-    """``/proc/PID/status`` as {key: the value's words}, e.g. ``{"Uid": ["0", "0", "0", "0"]}``."""
+def parse_status(text: str) -> dict[str, list[str]]:
+    """The text of a status file as {key: the value's words}."""
     out = {}
-    with open(f"/proc/{pid}/status", encoding="utf-8", errors="replace") as fh:
-        for line in fh:
-            key, _, value = line.partition(":")
-            out[key] = value.split()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        out[key] = value.split()
     return out
+
+
+def status(pid: int, proc: str = "/proc") -> dict[str, list[str]]:
+    """``/proc/PID/status`` as {key: the value's words}, e.g. ``{"Uid": ["0", "0", "0", "0"]}``.
+    ``proc``: where ``/proc`` is (tests give a directory of recorded files)."""
+    with open(f"{proc}/{pid}/status", encoding="utf-8", errors="replace") as fh:
+        return parse_status(fh.read())
+
+
+def status_bytes(st: dict[str, list[str]], key: str) -> int | None:
+    """A status size (``VmRSS:  2160 kB``) in bytes; None when the kernel does not give it
+    (``RssAnon`` and the like came in Linux 4.5; a kernel thread has no ``VmRSS``)."""
+    words = st.get(key)
+    if not words:
+        return None
+    try:
+        n = int(words[0])
+    except ValueError:
+        return None
+    unit = words[1].lower() if len(words) > 1 else "b"
+    return n * {"kb": 1024, "mb": 1024**2, "gb": 1024**3}.get(unit, 1)
+
+
+@dataclass(frozen=True)
+class MemoryStatus:
+    """A process's memory as ``/proc/PID/status`` and ``stat`` tell it, in bytes; None where
+    the kernel does not say. ``rss`` is ``VmRSS`` = anonymous + file + shared."""
+
+    rss: int | None
+    rss_anon: int | None
+    rss_file: int | None
+    rss_shmem: int | None
+    swap: int | None
+    minor_faults: int  # since the process started (stat fields 10 and 12)
+    major_faults: int
+
+
+def memory_status(pid: int, proc: str = "/proc") -> MemoryStatus:
+    """Process ``pid``'s memory (``OSError`` when it is gone)."""
+    st = status(pid, proc)
+    with open(f"{proc}/{pid}/stat", encoding="utf-8", errors="replace") as fh:
+        minor, major = faults(parse_stat(fh.read()))
+    b = status_bytes
+    return MemoryStatus(b(st, "VmRSS"), b(st, "RssAnon"), b(st, "RssFile"), b(st, "RssShmem"),
+                        b(st, "VmSwap"), minor, major)  # fmt: skip
+
+
+def faults(st: Stat) -> tuple[int, int]:
+    """(minor, major) page faults of the process since it started (not its children's)."""
+    return int(st.field(10)), int(st.field(12))
+
+
+@dataclass(frozen=True)
+class CgroupLine:
+    """One line of ``/proc/PID/cgroup``: ``hierarchy:controllers:path``. Version 2 is the line
+    ``0::PATH``; a version-1 hierarchy names its controllers (``4:memory:/docker/abc``). The
+    path is relative to the reader's cgroup namespace root."""
+
+    hierarchy: int
+    controllers: tuple[str, ...]
+    path: str
+
+
+def parse_cgroup(text: str) -> list[CgroupLine]:
+    out = []
+    for line in text.splitlines():
+        hier, _, rest = line.partition(":")
+        names, _, path = rest.partition(":")
+        if not hier.strip().isdigit() or not path:
+            continue
+        out.append(CgroupLine(int(hier), tuple(n for n in names.split(",") if n), path))
+    return out
+
+
+def cgroups(pid: int | str, proc: str = "/proc") -> list[CgroupLine]:
+    """The cgroups of process ``pid`` (``"self"``: this one)."""
+    with open(f"{proc}/{pid}/cgroup", encoding="utf-8", errors="replace") as fh:
+        return parse_cgroup(fh.read())
+
+
+@dataclass(frozen=True)
+class Mount:
+    """One line of ``/proc/PID/mountinfo`` (proc(5)): the mount's root within its filesystem,
+    where it is mounted, the filesystem type and its super options."""
+
+    root: str
+    point: str
+    fstype: str
+    options: tuple[str, ...]
+
+
+def _unescape(path: str) -> str:
+    """mountinfo writes space, tab, newline and backslash as octal escapes (``\\040``)."""
+    if "\\" not in path:
+        return path
+    out, i = [], 0
+    while i < len(path):
+        if path[i] == "\\" and path[i + 1 : i + 4].isdigit():
+            out.append(chr(int(path[i + 1 : i + 4], 8)))
+            i += 4
+        else:
+            out.append(path[i])
+            i += 1
+    return "".join(out)
+
+
+def parse_mountinfo(text: str) -> list[Mount]:
+    out = []
+    for line in text.splitlines():
+        head, sep, tail = line.partition(" - ")
+        fields, after = head.split(), tail.split()
+        if not sep or len(fields) < 5 or len(after) < 3:
+            continue
+        out.append(
+            Mount(_unescape(fields[3]), _unescape(fields[4]), after[0], tuple(after[2].split(",")))
+        )
+    return out
+
+
+def mountinfo(pid: int | str = "self", proc: str = "/proc") -> list[Mount]:
+    """The mounts process ``pid`` sees (default: this one's)."""
+    with open(f"{proc}/{pid}/mountinfo", encoding="utf-8", errors="replace") as fh:
+        return parse_mountinfo(fh.read())
 
 
 def ns_pids(pid: int) -> list[int]:
