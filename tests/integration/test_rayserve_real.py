@@ -23,8 +23,7 @@ from infertop.agent.protocol import socket_dir, sweep_stale_sockets
 from .helpers import ROOT, VENV312, infertop, pid_gone, report_json, status_of, stop_target, until
 from .http_clients import JsonClients, free_port
 
-# solo: the clients' round trips are the yardstick, and a Ray cluster takes the machine's CPUs
-pytestmark = [pytest.mark.slow, pytest.mark.solo]
+pytestmark = pytest.mark.slow
 APP = ROOT / "tests" / "integration" / "targets" / "rayserve_app.py"
 
 
