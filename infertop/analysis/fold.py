@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from infertop.agent.payload.patterns import split_pattern
 from infertop.analysis.stages import StageRule
 from infertop.config import DEFAULT_FOLD_FRAMES
 from infertop.model.events import Frame
@@ -38,9 +39,7 @@ class FoldRule:
     __slots__ = ("pattern", "_rule", "_bare")
 
     def __init__(self, pattern: str) -> None:
-        file_glob, sep, func_glob = pattern.rpartition(":")
-        if not sep:
-            file_glob, func_glob = "", pattern
+        file_glob, func_glob = split_pattern(pattern)
         self.pattern = pattern
         self._rule = StageRule.parse("fold", pattern)
         last = func_glob.rpartition(".")[2]

@@ -13,11 +13,10 @@ included.
 
 from __future__ import annotations
 
-import fnmatch
-import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from infertop.agent.payload.patterns import StagePattern
 from infertop.annotate import STAGE_FRAME_PREFIX
 from infertop.config import DEFAULT_STAGE_RULES, GENERATION_RULES, WAIT_FRAMES, WAIT_STAGE_RULES
 from infertop.model.events import Frame
@@ -29,28 +28,20 @@ QUEUE = "queue"
 
 @dataclass(frozen=True)
 class StageRule:
+    """A stage and its pattern, matched as the agent matches its ``stage_functions``: one
+    pattern language (``agent/payload/patterns.py``) for py-spy's frames and the agent's
+    functions."""
+
     stage: str
     pattern: str
-    _file: re.Pattern[str] | None
-    _func: re.Pattern[str]
+    _compiled: StagePattern = field(compare=False, repr=False)
 
     @classmethod
     def parse(cls, stage: str, pattern: str) -> StageRule:
-        file_glob, sep, func_glob = pattern.rpartition(":")
-        if not sep:
-            file_glob, func_glob = "", pattern
-        file_re = re.compile(fnmatch.translate(file_glob)) if file_glob else None
-        return cls(stage, pattern, file_re, re.compile(fnmatch.translate(func_glob or "*")))
+        return cls(stage, pattern, StagePattern(stage, pattern))
 
     def matches(self, frame: Frame) -> bool:
-        if self._file is not None and not self._file.match(frame.file.replace("\\", "/")):
-            return False
-        func = frame.function
-        if self._func.match(func):
-            return True
-        # a bare method name also matches a qualified one: "encode" matches "Tokenizer.encode"
-        short = func.rpartition(".")[2]
-        return short != func and bool(self._func.match(short))
+        return bool(self._compiled.matches(frame.file, frame.function))
 
 
 _WAIT_RULES = [StageRule.parse(IDLE, p) for p in WAIT_FRAMES]

@@ -90,10 +90,15 @@ def test_no_monitoring_before_312_but_stage_spans_flow(targets):
 
 def test_pattern_matching_rules():
     pats = PL.parse_stage_patterns([["pre", "encode_*"], ["srv", "*/server.py:Server.handle"], ["x", "a:b:c"]])
-    assert pats == [("pre", None, "encode_*"), ("srv", "*/server.py", "Server.handle"), ("x", "a:b", "c")]
-    assert PL.match_stage(pats, "/app/x.py", "Codec.encode_batch", "encode_batch") == "pre"  # last part
-    assert PL.match_stage(pats, "/app/server.py", "Server.handle", "handle") == "srv"
-    assert PL.match_stage(pats, "/app/other.py", "Server.handle", "handle") is None  # file glob
-    for bad in ("x", [["a"]], [["a", ""]], [["a", 3]], [["", "f"]], [["a", "file.py:"]]):
+    assert [(p.stage, p.pattern) for p in pats] == [
+        ("pre", "encode_*"), ("srv", "*/server.py:Server.handle"), ("x", "a:b:c")
+    ]  # fmt: skip
+    assert PL.match_stage(pats, "/app/x.py", "Codec.encode_batch") == "pre"  # last part
+    assert PL.match_stage(pats, "/app/server.py", "Server.handle") == "srv"
+    assert PL.match_stage(pats, "/app/other.py", "Server.handle") is None  # file glob
+    assert PL.match_stage(pats, "a:b", "c") == "x"  # the last ':' splits
+    # an empty function part is any function of the file, as in infertop's own stage rules
+    assert PL.match_stage(PL.parse_stage_patterns([["f", "*/app.py:"]]), "/x/app.py", "run") == "f"
+    for bad in ("x", [["a"]], [["a", ""]], [["a", 3]], [["", "f"]]):
         with pytest.raises(ValueError):
             PL.parse_stage_patterns(bad)

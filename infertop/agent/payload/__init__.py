@@ -16,6 +16,8 @@ which ``payload_source`` cuts out. This package itself is not part of the payloa
 The parts, in order:
 
 - ``constants``: names, defaults and measured limits;
+- ``patterns``: the stage-pattern language (``FILE_GLOB:FUNC_GLOB``), which infertop's own
+  stage rules use too;
 - ``events``: the event tuple and how event names are classified;
 - ``reduce``: one window's events reduced to op paths / kernels / copies / syncs / annotations,
   op time and device busy time (``reduce_events``, pure functions);
@@ -72,6 +74,7 @@ _EXPORTS = {
     "find_stage_codes": "stages",
     "match_stage": "stages",
     "parse_stage_patterns": "stages",
+    "StagePattern": "patterns",
 }
 
 
@@ -90,6 +93,7 @@ __all__ = [
     "PARTS",
     "REGISTRY_KEY",
     "RUNTIME_KINDS",
+    "StagePattern",
     "find_stage_codes",
     "format_shapes",
     "gpu_busy",
@@ -108,6 +112,7 @@ __all__ = [
 #: The payload's modules, in the order they are joined (each uses only names defined before it).
 PARTS = (
     "constants",
+    "patterns",
     "events",
     "reduce",
     "kineto",

@@ -42,8 +42,8 @@ def _code_at(module, path):
 
 def find_generation_codes(patterns=(), model_codes=(), known=True):
     """{code: kind} of the generation points loaded in this process (``known``), the
-    functions the user's ``patterns`` ([(stage, file_glob, func_glob)] as parse_stage_patterns
-    gives, stage ignored) name as calls, and ``model_codes`` as forwards."""
+    functions the user's ``patterns`` (``StagePattern``s as parse_stage_patterns gives, stage
+    ignored) name as calls, and ``model_codes`` as forwards."""
     found = {}
     for kind, module, path in GENERATION_POINTS if known else ():
         code = _code_at(module, path)
@@ -52,7 +52,6 @@ def find_generation_codes(patterns=(), model_codes=(), known=True):
     if patterns:
         import types
 
-        rules = [("call", f, g) for _stage, f, g in patterns]
         n = 0
         for obj in gc_objects():
             if type(obj) is not types.FunctionType:
@@ -63,7 +62,7 @@ def find_generation_codes(patterns=(), model_codes=(), known=True):
             qualname = getattr(code, "co_qualname", None) or getattr(
                 obj, "__qualname__", code.co_name
             )
-            if match_stage(rules, code.co_filename, qualname, code.co_name):
+            if match_stage(patterns, code.co_filename, qualname):
                 found[code] = "call"
                 n += 1
                 if n >= MAX_GENERATE_FUNCTIONS:

@@ -4,14 +4,19 @@ forwards: the code objects ``monitor.py`` times."""
 from __future__ import annotations
 
 import collections
-import fnmatch
 import sys
 import threading
 import time
 
+# -- imported as a module (payload_source leaves these lines out) --
+from infertop.agent.payload.patterns import StagePattern
+
+# -- end --
+
 
 def parse_stage_patterns(items):
-    """[[stage, pattern], ...] -> [(stage, file_glob or None, func_glob)]; raises ValueError."""
+    """[[stage, pattern], ...] -> [StagePattern] (patterns.py, the language infertop's own
+    stage rules use); raises ValueError."""
     out = []
     if not isinstance(items, (list, tuple)):
         raise ValueError("stage_functions must be a list of [stage, pattern] pairs")
@@ -22,29 +27,15 @@ def parse_stage_patterns(items):
             or not all(isinstance(x, str) and x for x in item)
         ):
             raise ValueError("bad stage_functions entry %r: expected [stage, pattern]" % (item,))
-        stage, pattern = item
-        if ":" in pattern:
-            file_glob, func_glob = pattern.rsplit(":", 1)
-            file_glob = file_glob or None
-        else:
-            file_glob, func_glob = None, pattern
-        if not func_glob:
-            raise ValueError("bad pattern %r: no function part" % pattern)
-        out.append((stage, file_glob, func_glob))
+        out.append(StagePattern(item[0], item[1]))
     return out
 
 
-def match_stage(patterns, filename, qualname, name):
-    """The stage of the first pattern matching a function, else None.
-
-    ``FUNC_GLOB`` matches the qualified name or its last part; ``FILE_GLOB:FUNC_GLOB`` also
-    requires the file glob to match the full path of the function's file.
-    """
-    for stage, file_glob, func_glob in patterns:
-        if file_glob is not None and not fnmatch.fnmatchcase(filename, file_glob):
-            continue
-        if fnmatch.fnmatchcase(qualname, func_glob) or fnmatch.fnmatchcase(name, func_glob):
-            return stage
+def match_stage(patterns, filename, qualname):
+    """The stage of the first of ``patterns`` that names a function, else None."""
+    for pattern in patterns:
+        if pattern.matches(filename, qualname):
+            return pattern.stage
     return None
 
 
@@ -64,7 +55,7 @@ def find_stage_codes(patterns):
             continue
         seen.add(id(code))
         qualname = getattr(code, "co_qualname", None) or getattr(obj, "__qualname__", code.co_name)
-        stage = match_stage(patterns, code.co_filename, qualname, code.co_name)
+        stage = match_stage(patterns, code.co_filename, qualname)
         if stage is not None:
             found[code] = stage
     return found
