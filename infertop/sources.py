@@ -37,6 +37,7 @@ from infertop.model.events import (
     ThreadDef,
 )
 from infertop.model.gpu import GpuReading
+from infertop.model.host_memory import HostMemoryReading
 from infertop.record.clock import started_marker
 from infertop.record.reader import Recording
 from infertop.record.writer import RecordingWriter
@@ -158,6 +159,8 @@ def event_time(ev: Event) -> float | None:
         case SampleWindow() | StageSpan() | OpWindow() | GcPause() | GenerationCall():
             return ev.t_end
         case CollectorStatus() | TargetExited() | Marker() | AllocatorReading() | GpuReading():
+            return ev.t
+        case HostMemoryReading():
             return ev.t
         case LoopLag():
             return ev.t + ev.lag_s  # when it was seen

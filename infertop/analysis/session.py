@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 
 from infertop.analysis.generation_split import GenerationSplit
 from infertop.analysis.gpu_series import GpuFold
+from infertop.analysis.host_memory import thin
 from infertop.analysis.latency_sketch import DurationHistogram
 from infertop.analysis.ops import OpTotals
 from infertop.analysis.pauses import PauseFold
@@ -48,6 +49,7 @@ from infertop.model.events import (
     ThreadDef,
 )
 from infertop.model.gpu import GpuReading
+from infertop.model.host_memory import HostMemoryReading
 from infertop.model.symbols import SymbolTable
 
 #: generation calls a session keeps (the oldest tenth goes when there are more): a day of a
@@ -89,6 +91,9 @@ class Session:
     op_windows: list[OpWindow] = field(default_factory=list)  # ordered by t_end
     allocator: list[AllocatorReading] = field(default_factory=list)  # ordered by t
     gpu: list[GpuReading] = field(default_factory=list)  # NVML readings, ordered by t
+    #: each process's host memory (/proc and its cgroup), ordered by t; past the horizon
+    #: thinned (``analysis/host_memory.thin``: each one's first, its peak, one per 30 s)
+    host_memory: list[HostMemoryReading] = field(default_factory=list)
     #: the agent's evidence of pauses (GC, event-loop lag) and its call samples (tail view)
     gc_pauses: list[GcPause] = field(default_factory=list)
     loop_lags: list[LoopLag] = field(default_factory=list)
@@ -97,6 +102,7 @@ class Session:
     generations: list[GenerationCall] = field(default_factory=list)
     pause_fold: PauseFold = field(default_factory=PauseFold)
     _gpu_ts: list[float] = field(default_factory=list)
+    _host_memory_ts: list[float] = field(default_factory=list)
     _window_ends: list[float] = field(default_factory=list)
     _op_ends: list[float] = field(default_factory=list)
     _alloc_ts: list[float] = field(default_factory=list)
@@ -217,6 +223,11 @@ class Session:
                 self._gpu_ts.insert(i, ev.t)
                 self.gpu.insert(i, ev)
                 self._saw(ev.t)
+            case HostMemoryReading():
+                i = bisect.bisect_right(self._host_memory_ts, ev.t)
+                self._host_memory_ts.insert(i, ev.t)
+                self.host_memory.insert(i, ev)
+                self._saw(ev.t)
             case GcPause():
                 self.gc_pauses.append(ev)
                 self._saw(ev.t_end)
@@ -318,6 +329,13 @@ class Session:
             self.gpu_fold.add(self.gpu[:n], self._working())
             del self.gpu[:n]
             del self._gpu_ts[:n]
+        # host memory: thinned, so that a day's first, peak and slope stay (a few a minute)
+        n = bisect.bisect_left(self._host_memory_ts, before)
+        if n:
+            kept = thin(self.host_memory[:n])
+            if len(kept) < n:
+                self.host_memory[:n] = kept
+                self._host_memory_ts[:n] = [r.t for r in kept]
 
     def _working(self) -> list[tuple[float, float]] | None:
         """When the target worked, as far as the windows (folded and kept) say; None: no
@@ -447,6 +465,12 @@ class Session:
     def gpu_upto(self, t: float | None) -> list[GpuReading]:
         """NVML readings taken at or before ``t`` (None: all of them), oldest first."""
         return self.gpu if t is None else self.gpu[: bisect.bisect_right(self._gpu_ts, t)]
+
+    def host_memory_upto(self, t: float | None) -> list[HostMemoryReading]:
+        """Host memory readings taken at or before ``t`` (None: all of them), oldest first."""
+        if t is None:
+            return self.host_memory
+        return self.host_memory[: bisect.bisect_right(self._host_memory_ts, t)]
 
     def span_durations(self, t: float | None) -> dict[str, list[float]] | None:
         """Durations (ms) of the spans ending by ``t``, by stage, each list sorted — when that is

@@ -163,12 +163,10 @@ class HostMemoryReader:
         self.mounts = mounts
 
     def describe(self) -> str:
-        where = []
+        """Which memory cgroup hierarchy is read (a hybrid host keeps memory on v1)."""
         if self.mounts.v1_memory:
-            where.append(f"cgroup v1 memory at {self.mounts.v1_memory[1]}")
-        if self.mounts.v2:
-            where.append(f"cgroup v2 at {self.mounts.v2[1]}")
-        return ", ".join(where) or "no cgroup hierarchy mounted"
+            return "cgroup v1"
+        return "cgroup v2" if self.mounts.v2 else "no memory cgroup mounted"
 
     def read(self, pid: int, t: float | None = None) -> HostMemoryReading | None:
         """The process's memory now; None when it is gone or its files do not parse."""
@@ -216,7 +214,7 @@ class HostMemoryCollector:
         self._roots = pids
 
     def status(self) -> CollectorStatus:
-        text = f"every {self.interval:g} s, {self._reader.describe()}"
+        text = f"every {self.interval:g} s · {self._reader.describe()}"
         return CollectorStatus(time.time(), NAME, "running", text)
 
     def start(self) -> None:

@@ -75,6 +75,7 @@ def build_collectors(
     # imported here: a command that fails its checks first (no terminal, a bad pid) exits
     # without loading the collectors
     from infertop.collect.agent.attach import AgentAttach
+    from infertop.collect.host_memory import HostMemoryCollector
     from infertop.collect.many_targets import ManyTargets
     from infertop.collect.nvml import NvmlCollector
     from infertop.collect.pyspy import PySpyCollector
@@ -93,6 +94,8 @@ def build_collectors(
         ),
         # no GPU or no driver: it only says why, and runs nothing
         NvmlCollector(target.pid, others=others, children=children),
+        # /proc and the memory cgroup, once a second: nothing runs in the target
+        HostMemoryCollector(target.pid, others=others, children=children),
     ]
     statuses: list[CollectorStatus] = []
     if not opts.inject:
@@ -115,6 +118,7 @@ def _matched_collectors(
     """``watch --match``: one sampler per matching process, the agents and NVML following the
     same list of pids as it changes."""
     from infertop.collect.agent.children import ChildAgents
+    from infertop.collect.host_memory import HostMemoryCollector
     from infertop.collect.matched import MatchedTargets, Pattern
     from infertop.collect.nvml import NvmlCollector
 
@@ -123,7 +127,9 @@ def _matched_collectors(
                              realtime=cfg.collect.realtime)  # fmt: skip
     nvml = NvmlCollector(None, children=opts.children)
     nvml.follow(matched.pids)
-    collectors: list[Collector] = [matched, nvml]
+    memory = HostMemoryCollector(None, children=opts.children)
+    memory.follow(matched.pids)
+    collectors: list[Collector] = [matched, nvml, memory]
     if not opts.inject:
         status = CollectorStatus(time.time(), "agent", "unavailable", "off (--no-inject)")
         return collectors, [status]

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from infertop.model.gpu import GpuReading
+from infertop.model.host_memory import HostMemoryReading
 
 
 @dataclass(frozen=True, slots=True)
@@ -361,4 +362,5 @@ Event = (
     | LoopLag
     | CallSamples
     | GenerationCall
+    | HostMemoryReading
 )

@@ -43,6 +43,7 @@ from infertop.model.events import (
     ThreadDef,
 )
 from infertop.model.gpu import GpuReading
+from infertop.model.host_memory import HostMemoryReading
 from infertop.record.clock import started_marker
 from infertop.record.writer import RecordingWriter
 
@@ -56,7 +57,7 @@ def event_time(ev: Event) -> float | None:
     match ev:
         case SampleWindow() | StageSpan() | OpWindow() | GenerationCall():
             return ev.t_end
-        case CollectorStatus() | Marker() | AllocatorReading() | GpuReading():
+        case CollectorStatus() | Marker() | AllocatorReading() | GpuReading() | HostMemoryReading():
             return ev.t
     return None
 

@@ -45,6 +45,7 @@ from infertop.model.events import (
     ThreadDef,
 )
 from infertop.model.gpu import GpuReading
+from infertop.model.host_memory import HostMemoryReading
 from infertop.record.clock import SYNCED, ClockAnchor, anchor_of
 from infertop.record.merge_gpu import GpuMerge
 from infertop.record.reader import read_recording
@@ -235,6 +236,8 @@ class _Merger:
                     self._time(w.t_end, w)
                     first_t = w.t_start if first_t is None else min(first_t, w.t_start)
                 case AllocatorReading():
+                    self._time(ev.t + offset, replace(ev, t=ev.t + offset, pid=pid(ev.pid)))
+                case HostMemoryReading():
                     self._time(ev.t + offset, replace(ev, t=ev.t + offset, pid=pid(ev.pid)))
                 case GpuReading():  # devices and pids: in ``finish``
                     gpu.append(replace(ev, t=ev.t + offset))

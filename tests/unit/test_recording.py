@@ -67,7 +67,7 @@ def test_round_trip_is_exact(tmp_path) -> None:
     p = str(tmp_path / "a.infertop")
     write(p, [EVENTS[:7], EVENTS[7:]])
     rec = read_recording(p)
-    assert rec.events == EVENTS and rec.warning is None and rec.version == (1, 7)
+    assert rec.events == EVENTS and rec.warning is None and rec.version == (1, 8)
 
 
 def test_truncated_file_reads_up_to_the_damage(tmp_path) -> None:

@@ -1,0 +1,56 @@
+"""Recording event 20 (format 1.8): one reading of a process's host memory, taken outside it
+from ``/proc`` and its memory cgroup (docs/recording-format.md; ``collect/host_memory.py``).
+
+    [20, t, pid, rss, rss_anon, rss_file, rss_shmem, swap, minor_faults, major_faults, cgroup]
+    cgroup = nil | [version, path, limit, usage, oom_kills, pressure_some_us, pressure_full_us]
+
+Sizes are bytes, the fault counts and the pressure totals the kernel's since the process (the
+cgroup) began; every field after ``pid`` may be nil (the kernel did not say; ``limit`` nil: no
+limit). A reader ignores trailing fields it does not know, in the event and in ``cgroup``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from infertop.model.fields import as_str
+from infertop.model.host_memory import CgroupMemory, HostMemoryReading
+from infertop.model.numbers import real, whole
+
+HOST_MEMORY = 20
+
+
+def _opt(x: Any) -> int | None:
+    if x is None:
+        return None
+    if isinstance(x, bool) or not isinstance(x, int):
+        raise ValueError(f"expected an integer, got {type(x).__name__}")
+    return whole(x)
+
+
+def encode_host_memory(r: HostMemoryReading) -> list[Any]:
+    cg = r.cgroup
+    return [
+        HOST_MEMORY, r.t, r.pid, r.rss, r.rss_anon, r.rss_file, r.rss_shmem, r.swap,
+        r.minor_faults, r.major_faults,
+        None if cg is None else [cg.version, cg.path, cg.limit, cg.usage, cg.oom_kills,
+                                 cg.pressure_some_us, cg.pressure_full_us],
+    ]  # fmt: skip
+
+
+def decode_host_memory(f: list[Any]) -> HostMemoryReading:
+    """A reading from its fields (after the code); a malformed one raises ValueError."""
+    try:
+        c = f[9]
+        cgroup = None
+        if c is not None:
+            if not isinstance(c, list) or len(c) < 7:
+                raise ValueError("cgroup is not a list of 7")
+            limit, usage, kills, some, full = (_opt(x) for x in c[2:7])
+            cgroup = CgroupMemory(whole(c[0]), as_str(c[1]), limit, usage, kills, some, full)
+        rss, anon, file, shmem, swap, minor, major = (_opt(x) for x in f[2:9])
+        return HostMemoryReading(
+            real(f[0]), whole(f[1]), rss, anon, file, shmem, swap, minor, major, cgroup
+        )
+    except (TypeError, IndexError) as exc:
+        raise ValueError(f"malformed host memory reading: {exc}") from None
