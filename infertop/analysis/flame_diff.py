@@ -96,8 +96,10 @@ def gone_frames(
 ) -> list[tuple[tuple[Key, ...], float]]:
     """Call paths of at least ``min_share`` in the base that the new profile never reached,
     outermost only (a gone path's callees are gone with it), biggest first."""
-    seen = set()
-    stack = [(c, (key_of(c.frame),)) for c in new.children.values() if c.frame is not None]
+    seen: set[tuple[Key, ...]] = set()
+    stack: list[tuple[FlameNode, tuple[Key, ...]]] = [
+        (c, (key_of(c.frame),)) for c in new.children.values() if c.frame is not None
+    ]
     while stack:
         node, path = stack.pop()
         seen.add(path)

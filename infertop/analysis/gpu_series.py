@@ -264,7 +264,7 @@ def _stats(xs: list[float], nd: int = 2) -> dict[str, float] | None:
 def utilization_summary(readings: Sequence[GpuReading]) -> list[dict[str, object]]:
     """Per device (the target's first): how busy it was over the readings (report schema)."""
     mine = set(target_devices(readings) or ())
-    out = []
+    out: list[dict[str, object]] = []
     for i in device_order(readings):
         devs = [d for r in readings for d in r.devices if d.index == i]
         last = devs[-1]

@@ -213,8 +213,8 @@ def ops_table(paths: Iterable[OpPath], stage_filter: str | None = None) -> list[
             per[p.shapes] = per.get(p.shapes, 0.0) + p.self_us
     out = []
     for key, (c, total, self_us) in rows.items():
-        per = shapes.get(key)
-        top = max(per.items(), key=lambda kv: kv[1])[0] if per else None
+        by_shape = shapes.get(key)
+        top = max(by_shape.items(), key=lambda kv: kv[1])[0] if by_shape else None
         out.append(OpRow(key[0], key[1], int(c), total, self_us, key[2], top))
     out.sort(key=lambda r: (-r.self_us, r.name, r.stage))
     return out

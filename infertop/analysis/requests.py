@@ -316,6 +316,6 @@ def _breakdown(reqs: Iterable[Request]) -> tuple[tuple[str, float, float], ...]:
     names = sorted(per, key=lambda k: (order.index(k) if k in order else len(order), k))
     out = []
     for st in names:
-        ms = sorted(per[st])
-        out.append((st, percentile(ms, 50), percentile(ms, 99)))
+        durations = sorted(per[st])
+        out.append((st, percentile(durations, 50), percentile(durations, 99)))
     return tuple(out)

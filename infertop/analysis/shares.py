@@ -69,6 +69,7 @@ def stage_shares(
     for name in names:
         n = counts.get(name, 0)
         denom = everything if name == IDLE else active
+        latency: Latency | None
         if name in made:
             n_calls, latency = made[name]
         else:

@@ -75,8 +75,10 @@ def kv_cache_headroom(inp: FindingInput, th: FindingThresholds) -> Finding | Non
     """The largest batch seen at the longest sequence seen would hold more KV cache than the
     device memory left: one such batch away from an out-of-memory error."""
     g = inp.generation
-    kv = g.kv_cache if g is not None else None
-    if kv is None or kv.headroom_bytes is None or kv.worst_case_bytes is None:
+    if g is None or g.kv_cache is None:
+        return None
+    kv = g.kv_cache
+    if kv.headroom_bytes is None or kv.worst_case_bytes is None:
         return None
     need = kv.worst_case_bytes - kv.bytes_max  # beyond what the largest call already held
     if need <= kv.headroom_bytes * th.kv_headroom_share:

@@ -7,7 +7,7 @@ Every rule is documented in docs/findings.md with its definition and where the i
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -64,7 +64,8 @@ class FindingInput:
     gpu: GpuSummary | None = None
     kernel_durations_us: np.ndarray | None = None
     transfer_bytes: np.ndarray | None = None  # one entry per memcpy (memset excluded)
-    copy_sites: dict[str, tuple[str, ...]] = field(default_factory=dict)  # (kind,host) -> ops
+    #: (copy kind, host memory) -> the ops that made such copies
+    copy_sites: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)
     host_syncs: dict[str, tuple[int, float]] = field(default_factory=dict)  # name -> (count, µs)
     sync_sites: tuple[str, ...] = ()
     memory: MemoryState | None = None
@@ -95,7 +96,7 @@ def _severity(x: float, medium: float, high: float) -> str:
     return "high" if x >= high else "medium" if x >= medium else "low"
 
 
-def _ops(inp: FindingInput, names: tuple[str, ...]) -> list[OpRow]:
+def _ops(inp: FindingInput, names: Collection[str]) -> list[OpRow]:
     return [o for o in inp.ops if o.name in names and o.device == "cpu"]
 
 

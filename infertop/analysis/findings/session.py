@@ -7,6 +7,8 @@ those rules silent.
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 import numpy as np
 
 from infertop.analysis.findings.rules import FindingInput, MemoryState
@@ -84,7 +86,22 @@ def snapshot_input(snap: Snapshot) -> FindingInput:
     )
 
 
-def _engine(snap: Snapshot) -> dict[str, object]:
+class EngineInput(TypedDict, total=False):
+    """``FindingInput``'s fields of an LLM engine's model worker."""
+
+    engine_outside_forward: float
+    engine_worker_samples: int
+    engine_step_ms: float | None
+
+
+class IpcInput(TypedDict, total=False):
+    """``FindingInput``'s fields of the requests followed into other processes."""
+
+    ipc_latency_share: float
+    ipc_latency_ms: tuple[float, float]
+
+
+def _engine(snap: Snapshot) -> EngineInput:
     """An LLM engine's model worker's time outside the forward (analysis/engine.py)."""
     e = snap.engine
     if e is None or e.outside_forward is None:
@@ -106,7 +123,7 @@ def _queue_share(snap: Snapshot) -> float | None:
     return shares.get("queue", 0.0) / total if total else None
 
 
-def ipc_of_requests(snap: Snapshot) -> dict[str, object]:
+def ipc_of_requests(snap: Snapshot) -> IpcInput:
     """``ipc`` of the requests followed into other processes (the whole session's where the
     snapshot has them, else the last seconds'): its share of their latency and its p50 beside
     theirs. Empty without such requests."""
