@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import re
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -49,7 +50,7 @@ def _stage_wrapper(name: str, func: F) -> F:
 
     frame_name = STAGE_FRAME_PREFIX + name
     code = call.__code__
-    if hasattr(code, "co_qualname"):
+    if sys.version_info >= (3, 11):  # co_qualname: what 3.11+ tracebacks and py-spy show
         call.__code__ = code.replace(co_name=frame_name, co_qualname=frame_name)
     else:
         call.__code__ = code.replace(co_name=frame_name)

@@ -450,9 +450,9 @@ class PySpyCollector:
         if self.children:
             text, thread_pids, procs = split_processes(text)
             self._sampled.update(procs)
-            for pid, (ppid, cmd) in procs.items():
+            for pid, (ppid, cmdline) in procs.items():
                 if pid not in self._procs or (ppid and not self._procs[pid][0]):
-                    self._procs[pid] = (ppid, cmd)
+                    self._procs[pid] = (ppid, cmdline)
         rows, bad = parse_raw(text)
         if wall and rows:
             self._threads = len({tid for tid, _name, _st, _n in rows})

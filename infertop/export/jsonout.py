@@ -34,11 +34,11 @@ class JsonStream:
             raise UsageError(f"cannot write {path}: {exc.strerror}") from None
         raw = os.fdopen(fd, "wb", buffering=BUFFER)
         self._raw = raw
-        self.fh: IO[bytes] = (
+        self.fh: gzip.GzipFile | IO[bytes] = (
             gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0)
             if (path.endswith(".gz") if compress is None else compress)
             else raw
-        )  # type: ignore[assignment]
+        )
         self.bytes_in = 0
 
     def write(self, data: bytes) -> None:

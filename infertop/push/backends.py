@@ -97,7 +97,7 @@ def encode(kind: str, series: Sequence[Series]) -> bytes:
         from infertop.push import otlp  # the opentelemetry-proto package: only when asked for
 
         return otlp.encode([(s.labels, s.profile) for s in series])
-    out = []
+    out: list[dict[str, object]] = []
     for s in series:
         labels = [{"name": label_name(k), "value": v} for k, v in s.labels]
         raw = base64.b64encode(s.profile).decode("ascii")

@@ -120,8 +120,10 @@ class _Plan:
         self.t0 = self._unix(int(rel.min()))
         self.t1 = self._unix(int((rel + dns).max()))
         cpu = trace.cat == CAT["cpu_op"]
-        pids, counts = np.unique(trace.pid[cpu], return_counts=True) if cpu.any() else ([], [])
-        self.pid = int(pids[int(np.argmax(counts))]) if len(pids) else None
+        self.pid: int | None = None
+        if cpu.any():
+            pids, counts = np.unique(trace.pid[cpu], return_counts=True)
+            self.pid = int(pids[int(np.argmax(counts))])
         self.bounds = self._bounds()
         self.window_of = self._assign()
         self.main_ops = self._main_ops(origin_us)

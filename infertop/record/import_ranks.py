@@ -92,12 +92,12 @@ def rank_events(
             trace = read_trace(f)
             if each is not None:
                 each(f, trace)
-            plan, windows = read_windows(f, say, trace)
+            plan, rank_windows = read_windows(f, say, trace)
         except BadInputFile as exc:  # use the ranks that read; say which did not
             skipped.append(f"{os.path.basename(f)} ({exc.message})")
             continue
         main = plan.main_ops[0] if plan.main_ops is not None else None
-        read.append((f, _Rank(plan.trace.rank, plan.pid, main, plan.n), windows))
+        read.append((f, _Rank(plan.trace.rank, plan.pid, main, plan.n), rank_windows))
         del plan, trace  # the trace's columns: one rank in memory at a time
     if not read:
         raise BadInputFile(f"{path}: none of its {len(files)} traces could be read: {skipped[0]}")

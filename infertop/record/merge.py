@@ -231,10 +231,10 @@ class _Merger:
                         replace(a, tid=tid(a.tid, owner), t_start=a.t_start + offset, t_end=a.t_end + offset)
                         for a in ev.annotations
                     )
-                    w = replace(ev, t_start=ev.t_start + offset, t_end=ev.t_end + offset,
-                                annotations=ann, pid=pid(ev.pid))  # fmt: skip
-                    self._time(w.t_end, w)
-                    first_t = w.t_start if first_t is None else min(first_t, w.t_start)
+                    ow = replace(ev, t_start=ev.t_start + offset, t_end=ev.t_end + offset,
+                                 annotations=ann, pid=pid(ev.pid))  # fmt: skip
+                    self._time(ow.t_end, ow)
+                    first_t = ow.t_start if first_t is None else min(first_t, ow.t_start)
                 case AllocatorReading():
                     self._time(ev.t + offset, replace(ev, t=ev.t + offset, pid=pid(ev.pid)))
                 case HostMemoryReading():

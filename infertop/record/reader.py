@@ -117,9 +117,9 @@ class Records:
                     except Exception as exc:  # malformed payload that passed the CRC
                         problem = f"a malformed record ({type(exc).__name__})"
                     else:
-                        events = [e for e in events if e is not None]
-                        target = target or any(isinstance(e, TargetInfo) for e in events)
-                        yield events
+                        kept = [e for e in events if e is not None]
+                        target = target or any(isinstance(e, TargetInfo) for e in kept)
+                        yield kept
                         pos += RECORD.size + length
                         continue
             if not target:

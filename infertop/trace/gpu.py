@@ -84,7 +84,7 @@ def kernel_time_by_kind(trace: KinetoTrace) -> dict[str, float]:
 def memcpy_table(trace: KinetoTrace) -> list[MemcpyRow]:
     mask = trace.of("gpu_memcpy", "gpu_memset")
     rows: dict[tuple[str, str], list[float]] = {}
-    kinds = {}
+    kinds: dict[int, tuple[str, str]] = {}
     for nid, nbytes, dur in zip(trace.name[mask], trace.nbytes[mask], trace.dur[mask]):
         key = kinds.get(nid)
         if key is None:

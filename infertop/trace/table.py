@@ -19,8 +19,10 @@ from infertop.trace.files import trace_bytes
 
 try:  # typed decoding that skips what we do not need: ~3x faster than json.loads
     import msgspec
+
+    _MSGSPEC = True
 except ImportError:  # pragma: no cover - msgspec is a dependency; be robust anyway
-    msgspec = None
+    _MSGSPEC = False
 
 #: event categories we keep, with their small-int codes
 CATEGORIES = (
@@ -95,7 +97,7 @@ def read_trace(path: str, data: bytes | None = None) -> KinetoTrace:
     return parse_trace(doc, path)
 
 
-if msgspec is not None:
+if _MSGSPEC:
 
     # gc=False: the 100k+ event structs are plain data; tracking them would cost the collector
     # passes over every one while the trace decodes (half the decode time)
@@ -127,7 +129,7 @@ if msgspec is not None:
 def _decode_fast(raw: bytes) -> Any:
     """The typed decode, or None when the document is not shaped as expected (then the
     general path decides whether it is a trace at all)."""
-    if msgspec is None:
+    if not _MSGSPEC:
         return None
     try:
         return _DECODER.decode(raw)
@@ -249,10 +251,13 @@ def _columns(rows: Any, dist: Any, props: Any, path: str, base: Any = None) -> K
     # one float64 table, then typed columns (µs timestamps since the epoch fit in 53 bits)
     table = np.array(out, dtype=np.float64).reshape(-1, 10)
     ints = table[:, [0, 1, 4, 5, 6, 7, 8, 9]].astype(np.int64)
+    pids, tids, correlation, external_id, nbytes, device = (
+        np.ascontiguousarray(ints[:, k]) for k in range(2, 8)
+    )
     return _trace(
         path, names, ints[:, 0].astype(np.uint8), ints[:, 1].astype(np.int32),
         np.ascontiguousarray(table[:, 2]), np.ascontiguousarray(table[:, 3]),
-        *(np.ascontiguousarray(ints[:, k]) for k in range(2, 8)),
+        pids, tids, correlation, external_id, nbytes, device,
         dist, props, base, skipped,
     )  # fmt: skip
 
