@@ -138,7 +138,7 @@ def _process(pid: int, rs: list[HostMemoryReading]) -> ProcessMemory:
         growth_bytes_per_s=None if fit is None else fit[0],
         growth_r2=None if fit is None else fit[1],
         cgroup=last.cgroup,
-        oom_kills_during=kills[-1] - kills[0] if kills else None,
+        oom_kills_during=max(0, kills[-1] - kills[0]) if kills else None,
     )
 
 

@@ -15,6 +15,7 @@ from infertop.analysis.flame import FlameNode, TopFrame, build_flame, top_frames
 from infertop.analysis.fold import FlameShape, ShaperCache
 from infertop.analysis.generation import GenerationSummary, summarize_generations
 from infertop.analysis.gpu_series import GpuAccumulator, GpuView, gpu_view, memory_summary
+from infertop.analysis.host_memory import HostMemorySummary, summarize_host_memory
 from infertop.analysis.ops import (
     GpuWork,
     OpAccumulator,
@@ -126,6 +127,8 @@ class Snapshot:
     #: the torch-profiler windows (the in-process agent's) and the allocator, up to t
     torch: Profiled = field(default_factory=Profiled)
     nvml: GpuView | None = None  # NVML readings up to t; None: none (the nvml status says why)
+    #: each process's host memory up to t (/proc and its cgroup); None: nothing was read
+    host_memory: HostMemorySummary | None = None
     findings: tuple[Finding, ...] = ()  # ranked; filled in by findings.live.with_findings
     #: --children: (pid, role) of every process followed; ``process`` is the one the samples
     #: are of (None: all merged)
@@ -425,6 +428,7 @@ def build_snapshot(
             session.gpu_fold,
             process,
         ),
+        host_memory=summarize_host_memory(session.host_memory_upto(t)),
         processes=labels,
         processes_exited=tuple(exit_times(session, t)) if session.processes else (),
         process=process,

@@ -15,6 +15,7 @@ from infertop.analysis.stages import IDLE
 from infertop.config import FindingThresholds
 from infertop.report.engine import engine_dict
 from infertop.report.generation import generation_dict
+from infertop.report.memory import memory_dict
 from infertop.report.pauses import gc_dict, loop_dict, requests_dict, tail_dict
 from infertop.report.records import (
     Gpu,
@@ -125,6 +126,7 @@ def build_record(
         event_loop=loop_dict(snap.pauses.event_loop if snap.pauses else None),
         requests=requests_dict(snap.requests),
         generation=generation_dict(snap.generation),
+        memory=memory_dict(snap.host_memory),
         engine=engine_dict(snap.engine),
         findings=[finding_record(f) for f in evaluate(snapshot_input(snap), thresholds)],
         target_exited=snap.exited is not None,

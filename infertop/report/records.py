@@ -190,6 +190,7 @@ class Report(Struct):
     event_loop: Json | None
     requests: Json | None
     generation: Json | None  # the agent's generation calls (report/generation.py)
+    memory: Json | None  # each process's host memory (report/memory.py); None: nothing read
     engine: Json | None  # an LLM engine's steps (report/engine.py); None: no engine followed
     findings: list[Finding]
     target_exited: bool

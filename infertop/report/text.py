@@ -6,6 +6,7 @@ from typing import Any
 
 from infertop.report.evidence import evidence_summary
 from infertop.report.generation import generation_lines
+from infertop.report.memory import memory_lines
 from infertop.report.processes import processes_markdown, processes_text
 from infertop.report.tail_text import pause_lines, tail_lines, tail_markdown
 from infertop.words import plural
@@ -151,6 +152,7 @@ def render_text(rep: dict[str, Any]) -> str:
     out.append("")
     out += tail_lines(rep)
     out += generation_lines(rep)
+    out += memory_lines(rep)
     pauses = pause_lines(rep)
     out += pauses + ([""] if pauses else [])
     out += processes_text(rep)

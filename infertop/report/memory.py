@@ -1,0 +1,99 @@
+"""The report's ``memory`` section (docs/report.md): each process's host memory, read outside it
+from ``/proc`` and its memory cgroup (``analysis/host_memory.py``), and its lines in the text
+report.
+
+What other parts of the memory work will fill (bytes per call, torch's memory by stage, the
+allocation sites that grow) is ``null`` / empty here until they are measured.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from infertop.analysis.host_memory import HostMemorySummary, ProcessMemory
+
+
+def _r(x: float | None, nd: int = 3) -> float | None:
+    return None if x is None else round(float(x), nd)
+
+
+def _process(p: ProcessMemory) -> dict[str, Any]:
+    cg = p.cgroup
+    return {
+        "pid": p.pid,
+        "rss_bytes": {"first": p.rss_first, "last": p.rss_last, "max": p.rss_max},
+        "rss_split_bytes": {"anon": p.rss_anon, "file": p.rss_file, "shmem": p.rss_shmem},
+        "swap_bytes": p.swap_max,
+        "major_faults_per_s": _r(p.major_faults_per_s),
+        "minor_faults_per_s": _r(p.minor_faults_per_s, 1),
+        "growth_bytes_per_s": _r(p.growth_bytes_per_s, 1),
+        "growth_r2": _r(p.growth_r2),
+        "growth_per_call_bytes": None,
+        "limit_bytes": None if cg is None else cg.limit,
+        "usage_bytes": None if cg is None else cg.usage,
+        "oom_kills": p.oom_kills_during,
+        "oom_kills_total": None if cg is None else cg.oom_kills,
+        "cgroup": None if cg is None else {"version": cg.version, "path": cg.path},
+    }
+
+
+def memory_dict(m: HostMemorySummary | None) -> dict[str, Any] | None:
+    """None when no process's memory was read (a recording made before format 1.8, an import)."""
+    if m is None:
+        return None
+    return {
+        "processes": [_process(p) for p in m.processes],
+        "growth_bytes_per_s": _r(m.growth_bytes_per_s, 1),
+        "torch": None,
+        "growing": [],
+    }
+
+
+def size(n: float) -> str:
+    """Bytes as people read them: ``812.4 MiB``, ``7.50 GiB``."""
+    if abs(n) >= 2**30:
+        return f"{n / 2**30:.2f} GiB"
+    if abs(n) >= 2**20:
+        return f"{n / 2**20:.1f} MiB"
+    return f"{n / 1024:.1f} KiB"
+
+
+def memory_lines(rep: dict[str, Any]) -> list[str]:
+    """The text report's lines: per process its RSS, growth, swap and faults, and the cgroup's
+    limit and headroom."""
+    m = rep.get("memory")
+    if not m or not m.get("processes"):
+        return []
+    lines = ["host memory (read from /proc and the memory cgroup, outside the target):"]
+    for p in m["processes"]:
+        rss = p["rss_bytes"]
+        line = (
+            f"  pid {p['pid']}: rss {size(rss['first'])} → {size(rss['last'])} "
+            f"(max {size(rss['max'])})"
+        )
+        if p.get("growth_bytes_per_s") is not None:
+            line += f", growing {size(p['growth_bytes_per_s'])}/s past warm-up"
+        if p.get("swap_bytes"):
+            line += f", swap {size(p['swap_bytes'])}"
+        if p.get("major_faults_per_s"):
+            line += f", {p['major_faults_per_s']:.1f} major faults/s"
+        lines.append(line)
+        cg = p.get("cgroup")
+        if cg is None:
+            continue
+        where = f"cgroup v{cg['version']} {cg['path']}"
+        if p.get("limit_bytes") is not None and p.get("usage_bytes") is not None:
+            used = p["usage_bytes"] / p["limit_bytes"] if p["limit_bytes"] else 0.0
+            text = (
+                f"    {where}: {size(p['usage_bytes'])} of its {size(p['limit_bytes'])} limit "
+                f"({100 * used:.0f}%), {size(p['limit_bytes'] - p['usage_bytes'])} left"
+            )
+        else:
+            usage = p.get("usage_bytes")
+            text = f"    {where}: no limit" + (f", {size(usage)} used" if usage is not None else "")
+        if p.get("oom_kills"):
+            text += f"; {p['oom_kills']} OOM kills during the recording"
+        elif p.get("oom_kills_total"):
+            text += f"; {p['oom_kills_total']} OOM kills before it"
+        lines.append(text)
+    return lines + [""]
