@@ -2,8 +2,9 @@
 
 This module is deliberately stdlib-only and self-contained: its source is also sent into target
 processes, concatenated in front of the ``payload`` package's modules (see
-``payload.payload_source``), so the framing has one source of truth on both ends. Keep it importable on Python 3.8+ and free of imports from
-``infertop``.
+``payload.payload_source``), and infertop's client (``collect/agent/client.py``) imports it, so
+the framing and the socket rules have one source of truth on both ends. Keep it importable on
+Python 3.8+ and free of imports from ``infertop``.
 
 Framing: a 4-byte big-endian unsigned length, then that many bytes of UTF-8 JSON holding one
 object that carries ``"v": 1``. Frames over ``MAX_FRAME`` bytes are a protocol error.
@@ -38,7 +39,7 @@ class ProtocolError(Exception):
     Raised by ``FrameDecoder.feed``, ``before`` holds the messages of the frames that came
     before the bad one in the data fed (a receiver may still act on them)."""
 
-    before: list = []
+    before: list | tuple = ()
 
 
 class ConnectionClosed(ProtocolError):

@@ -16,7 +16,6 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-
 Script = Callable[["FakeAgent", socket.socket], None]
 
 

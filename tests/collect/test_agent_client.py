@@ -3,7 +3,6 @@ a good agent, a rude one, a dying one."""
 
 from __future__ import annotations
 
-import os
 import random
 import socket
 import struct
@@ -13,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from infertop.analysis.session import Session
 from infertop.agent import protocol
+from infertop.analysis.session import Session
 from infertop.collect.agent.client import AgentCollector, AgentConfig
 from infertop.model.events import (
     AllocatorReading,
