@@ -10,7 +10,9 @@ of ranks, committed (the processes screen), and a recording with GC pauses, even
 call samples (the stage panel's pause rows, the tail view), and one of real Hugging Face
 ``generate`` calls (the generation rows). Textual is pinned in
 requirements-dev.txt, since its renderer draws the pixels. An intended change of look is accepted by regenerating them:
-``INFERTOP_UPDATE_SNAPSHOTS=1 python -m pytest tests/tui/test_snapshots.py``."""
+``INFERTOP_UPDATE_SNAPSHOTS=1 python -m pytest tests/tui/test_snapshots.py``. What is compared
+and written has this machine's paths scrubbed (``tests/support/fixture_paths.py``), as the
+committed recordings have: an image reads the same wherever the checkout is."""
 
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ from infertop.record.reader import read_recording
 from infertop.sources import ReplaySource
 from infertop.tui import create_app
 from tests.support import data
+from tests.support.fixture_paths import scrub_text
 
 SNAPSHOTS = data.DATA / "snapshots"
 RECORDING = data.DATA / "recordings" / "textgen_service.infertop"
@@ -117,6 +120,7 @@ async def _render(
 
 def _check(name: str, svg: str, text: str, tmp_path: Path) -> None:
     path = SNAPSHOTS / f"{name}.svg"
+    svg, text = scrub_text(svg), scrub_text(text)
     if UPDATE:
         SNAPSHOTS.mkdir(parents=True, exist_ok=True)
         path.write_text(svg, encoding="utf-8")

@@ -4,8 +4,10 @@
 an imported trace and of a committed recording; the text report of that recording; its Chrome
 export and a trace's. Each is compared, whole, with the output saved under
 ``tests/data/golden/`` before the code was rearranged. Paths the run chose (a temporary
-folder) are reduced to their file names; nothing else is left out, so any change in a number,
-a key or an order fails here with the first place it differs.
+folder) are reduced to their file names, and paths of this machine to what they are in any
+checkout (``tests/support/fixture_paths.py``: the repository's relative to it, a home folder as
+``~``), both when compared and when written; nothing else is left out, so any change in a
+number, a key or an order fails here with the first place it differs.
 
 An intended change of output is made visible by regenerating the files and reading their diff:
 ``INFERTOP_UPDATE_GOLDEN=1 python -m pytest tests/unit/test_golden_outputs.py``.
@@ -23,6 +25,7 @@ import pytest
 
 from infertop.cli import main
 from tests.support import data
+from tests.support.fixture_paths import scrub_text
 
 GOLDEN = data.DATA / "golden"
 RECORDING = data.DATA / "recordings" / "textgen_service.infertop"
@@ -51,6 +54,7 @@ def _plain_paths(value: object, tmp: str) -> object:
 
 def _check(name: str, text: str) -> None:
     path = GOLDEN / name
+    text = scrub_text(text)  # the same wherever the checkout is, and no machine's folders kept
     if UPDATE:
         GOLDEN.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
