@@ -18,7 +18,7 @@ kernels and memcpy/memset per window, with arrows from the ops that launched the
 CUDA-allocator readings as counters. Each GPU's NVML readings are counters in the GPU group of
 the process using it (``gpu_groups.py``; one process: all in ``GPU``). Collector health,
 markers and findings (per minute) are instant events; each asyncio event loop's lag is a
-counter in its process.
+counter in its process, and so is each process's host memory (``host_memory.py``).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from infertop.export.chrome import counters
 from infertop.export.chrome.chunk_findings import FindingsByChunk
 from infertop.export.chrome.generation import generation_slices
 from infertop.export.chrome.gpu_groups import GpuGroups
+from infertop.export.chrome.host_memory import HostMemoryCounters
 from infertop.export.chrome.pauses import PauseEvents
 from infertop.export.chrome.samples import SampleTimeline
 from infertop.export.jsonout import TraceEventWriter, us
@@ -59,6 +60,7 @@ from infertop.model.events import (
     ThreadDef,
 )
 from infertop.model.gpu import GpuReading
+from infertop.model.host_memory import HostMemoryReading
 from infertop.model.symbols import SymbolTable
 from infertop.record.stream import RecordingStream
 
@@ -188,6 +190,7 @@ def export_chrome_recording(path: str, out: str, config: Config | None = None) -
             return procs.gpu_group(procs.chrome_pid(owners.get(index, pid)))
 
         chunks = FindingsByChunk(classifier, cfg.findings)
+        host_memory = HostMemoryCounters(emit, ns)
         for ev in stream:
             done = chunks.add(ev)
             if done is not None:
@@ -220,6 +223,8 @@ def export_chrome_recording(path: str, out: str, config: Config | None = None) -
                     counters.allocator(emit, procs.chrome_pid(ev.pid) + GPU_PID_OFFSET, ev, ns)
                 case GpuReading():
                     counters.nvml(emit, gpu_of, ev, ns)
+                case HostMemoryReading():
+                    host_memory.reading(procs.chrome_pid(ev.pid), ev)
                 case CollectorStatus():
                     emit(
                         {
