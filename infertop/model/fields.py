@@ -1,9 +1,10 @@
-"""The field-list forms of op windows and allocator readings, decoded and checked.
+"""The field forms of op windows and allocator readings, decoded and checked.
 
-The agent's wire protocol sends them, and the recording format stores them, laid out the same
-way (the recording's ``OPS`` and ``ALLOCATOR`` records are these fields after the record's
-code), so both decode them here: any malformation is ``ValueError``, the reader's
-damaged-record path and the agent client's bad-message path."""
+An op window is a mapping by field name (``OP_WINDOW_FIELDS``): the agent's ``window`` message
+is one (with ``source`` added), and a recording's op window (code 21) holds one; rows inside it
+(paths, kernels, ...) are the protocol's fixed-width rows. Allocator readings are the field list
+both the wire and the recording's code 12 lay out alike. Any malformation is ``ValueError``,
+the reader's damaged-record path and the agent client's bad-message path."""
 
 from __future__ import annotations
 
@@ -57,7 +58,7 @@ def as_rows(x: Any, width: int) -> list[list[Any]]:
     return x
 
 
-def _checked(fn: Any, f: list[Any]) -> Any:
+def _checked(fn: Any, f: Any) -> Any:
     """Run a decoder; any malformation becomes ValueError (the reader's damaged-record path)."""
     try:
         return fn(f)
@@ -72,48 +73,85 @@ def _decode_allocator(f: list[Any]) -> AllocatorReading:
     )
 
 
-def _decode_op_window(f: list[Any]) -> OpWindow:
-    if not isinstance(f[4], bool):
+#: an op window's fields: gpu and op_time may be None, op_time (agents before it) and pid (0:
+#: the target) absent; a receiver ignores names it does not know
+OP_WINDOW_FIELDS = ("t_start", "t_end", "source", "events", "truncated", "paths", "kernels",
+                    "memcpy", "syncs", "annotations", "gpu", "op_time", "pid")  # fmt: skip
+GPU_FIELDS = ("busy_us", "span_us", "max_gap_us")
+#: run_us and wait_us: absent where not measured (agents before them, traces)
+OP_TIME_FIELDS = ("ops", "in_ops_us", "wall_us", "run_us", "wait_us")
+
+
+def _mapping(x: Any, what: str) -> dict[str, Any]:
+    if not isinstance(x, dict):
+        raise ValueError(f"{what} is not a mapping of fields")
+    return x
+
+
+def _op_time(o: dict[str, Any]) -> OpTime:
+    cpu = (as_num(o["run_us"]), as_num(o["wait_us"])) if "run_us" in o and "wait_us" in o else (None, None)
+    return OpTime(as_int(o["ops"]), as_num(o["in_ops_us"]), as_num(o["wall_us"]), *cpu)
+
+
+def _decode_op_window(d: dict[str, Any]) -> OpWindow:
+    d = _mapping(d, "an op window")
+    if not isinstance(d["truncated"], bool):
         raise ValueError("truncated is not a bool")
     paths = tuple(
         OpPath(as_names(r[0]), as_str(r[1]), as_str(r[2]), as_int(r[3]), as_num(r[4]), as_num(r[5]),
                as_opt_str(r[6]))
-        for r in as_rows(f[5], 7)
+        for r in as_rows(d["paths"], 7)
     )  # fmt: skip
     kernels = tuple(
         KernelStat(as_str(r[0]), as_str(r[1]), as_int(r[2]), as_num(r[3]), as_num(r[4]), as_num(r[5]))
-        for r in as_rows(f[6], 6)
+        for r in as_rows(d["kernels"], 6)
     )
     memcpy = tuple(
         MemcpyStat(as_str(r[0]), as_str(r[1]), as_int(r[2]), as_int(r[3]), as_num(r[4]))
-        for r in as_rows(f[7], 5)
+        for r in as_rows(d["memcpy"], 5)
     )
-    syncs = tuple(SyncStat(as_str(r[0]), as_int(r[1]), as_num(r[2])) for r in as_rows(f[8], 3))
+    syncs = tuple(SyncStat(as_str(r[0]), as_int(r[1]), as_num(r[2])) for r in as_rows(d["syncs"], 3))
     annotations = tuple(
-        Annotation(as_str(r[0]), as_int(r[1]), as_num(r[2]), as_num(r[3])) for r in as_rows(f[9], 4)
+        Annotation(as_str(r[0]), as_int(r[1]), as_num(r[2]), as_num(r[3])) for r in as_rows(d["annotations"], 4)
     )
-    g = f[10]
-    if g is not None and (not isinstance(g, list) or len(g) < 3):
-        raise ValueError("bad gpu activity")
-    gpu = None if g is None else GpuActivity(as_num(g[0]), as_num(g[1]), as_num(g[2]))
-    o = f[11] if len(f) > 11 else None  # a trailing field: absent in older windows
-    if o is not None and (not isinstance(o, list) or len(o) < 3):
-        raise ValueError("bad op time")
-    op_time = None
-    if o is not None:
-        cpu = (as_num(o[3]), as_num(o[4])) if len(o) >= 5 else (None, None)  # 1.x: absent before
-        op_time = OpTime(as_int(o[0]), as_num(o[1]), as_num(o[2]), *cpu)
+    g, o = d["gpu"], d.get("op_time")
+    gpu = None if g is None else GpuActivity(*(as_num(_mapping(g, "gpu")[k]) for k in GPU_FIELDS))
     return OpWindow(
-        as_num(f[0]), as_num(f[1]), as_str(f[2]), as_int(f[3]), f[4],
-        paths, kernels, memcpy, syncs, annotations, gpu, op_time,
-        as_int(f[12]) if len(f) > 12 else 0,
+        as_num(d["t_start"]), as_num(d["t_end"]), as_str(d["source"]), as_int(d["events"]), d["truncated"],
+        paths, kernels, memcpy, syncs, annotations, gpu,
+        None if o is None else _op_time(_mapping(o, "op_time")), as_int(d.get("pid", 0)),
     )  # fmt: skip
 
 
-def decode_op_window(f: list[Any]) -> OpWindow:
-    """An op window from its fields (after the code). The rows are laid out exactly as the
-    agent protocol sends them, so the agent client validates its messages with this too."""
-    return _checked(_decode_op_window, f)  # type: ignore[no-any-return]
+def decode_op_window(fields: dict[str, Any]) -> OpWindow:
+    """An op window from its fields by name (``OP_WINDOW_FIELDS``): the agent's ``window``
+    message with ``source`` added, or a recording's."""
+    return _checked(_decode_op_window, fields)  # type: ignore[no-any-return]
+
+
+def op_window_fields(w: OpWindow) -> dict[str, Any]:
+    """The fields of ``w`` by name, as ``decode_op_window`` reads them."""
+    op_time: dict[str, Any] | None = None
+    if w.op_time is not None:
+        t = w.op_time
+        op_time = {"ops": t.ops, "in_ops_us": t.in_ops_us, "wall_us": t.wall_us}
+        if t.run_us is not None and t.wait_us is not None:
+            op_time.update(run_us=t.run_us, wait_us=t.wait_us)
+    gpu = None if w.gpu is None else dict(zip(GPU_FIELDS, (w.gpu.busy_us, w.gpu.span_us, w.gpu.max_gap_us)))
+    out = {
+        "t_start": w.t_start, "t_end": w.t_end, "source": w.source, "events": w.events,
+        "truncated": w.truncated,
+        "paths": [[list(p.names), p.stage, p.device, p.count, p.total_us, p.self_us, p.shapes]
+                  for p in w.paths],
+        "kernels": [[k.name, k.kind, k.count, k.total_us, k.min_us, k.max_us] for k in w.kernels],
+        "memcpy": [[m.kind, m.host_memory, m.count, m.bytes, m.total_us] for m in w.memcpy],
+        "syncs": [[y.name, y.count, y.total_us] for y in w.syncs],
+        "annotations": [[a.name, a.tid, a.t_start, a.t_end] for a in w.annotations],
+        "gpu": gpu, "op_time": op_time,
+    }  # fmt: skip
+    if w.pid:
+        out["pid"] = w.pid
+    return out
 
 
 def decode_allocator(f: list[Any]) -> AllocatorReading:

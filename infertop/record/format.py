@@ -1,4 +1,4 @@
-"""The ``.infertop`` recording format, version 1.8 (documented in docs/recording-format.md).
+"""The ``.infertop`` recording format, version 1.9 (documented in docs/recording-format.md).
 
     file    = header record*
     header  = b"INFERTOP" u16 major u16 minor          (big-endian)
@@ -26,7 +26,6 @@ from infertop.model.events import (
     GenerationCall,
     LoopLag,
     Marker,
-    OpTime,
     OpWindow,
     ProcessDef,
     SampleWindow,
@@ -37,7 +36,7 @@ from infertop.model.events import (
     TargetInfo,
     ThreadDef,
 )
-from infertop.model.fields import as_str, decode_allocator, decode_op_window
+from infertop.model.fields import as_str, decode_allocator
 from infertop.model.gpu import GpuReading
 from infertop.model.host_memory import HostMemoryReading
 from infertop.model.numbers import real, whole
@@ -51,17 +50,18 @@ from infertop.record.generation_format import (
 )
 from infertop.record.gpu_format import GPU, decode_gpu_reading, encode_gpu_reading
 from infertop.record.host_memory_format import HOST_MEMORY, decode_host_memory, encode_host_memory
+from infertop.record.ops_format import OPS, OPS_BY_NAME, decode_ops, encode_ops
 from infertop.record.pause_format import CALL_SAMPLES, GC, LOOP_LAG, decode_pause, encode_pause
 
 MAGIC = b"INFERTOP"
 MAJOR = 1
-MINOR = 8
+MINOR = 9
 HEADER = struct.Struct(">8sHH")
 RECORD = struct.Struct(">II")
 MAX_RECORD = 256 * 1024 * 1024
 
 TARGET, FRAME, STACK, THREAD, WINDOW, STATUS, SPAN, EXITED, MARKER, RULES = range(1, 11)
-OPS, ALLOCATOR = 11, 12  # added in 1.1
+ALLOCATOR = 12  # added in 1.1, with code 11 (op windows): record/ops_format.py
 # 13, NVML readings, added in 1.2: infertop/record/gpu_format.py
 PROCESS = 14  # added in 1.3 (--children), with code 4's trailing pid
 # 1.4: codes 11 and 12 gain a trailing pid (the process; written only when not the target)
@@ -71,6 +71,7 @@ PROCESS = 14  # added in 1.3 (--children), with code 4's trailing pid
 # 1.7: code 18, one generation call, and code 19, a stage span with its batch size:
 #      infertop/record/generation_format.py
 # 1.8: code 20, a process's host memory (/proc and its cgroup): record/host_memory_format.py
+# 1.9: code 21, an op window by field name, written instead of code 11: record/ops_format.py
 
 
 def encode_event(ev: Event) -> list[Any]:
@@ -102,7 +103,7 @@ def encode_event(ev: Event) -> list[Any]:
         case StageRules():
             return [RULES, [[stage, pattern] for stage, pattern in ev.rules]]
         case OpWindow():
-            return encode_op_window(ev)
+            return encode_ops(ev)
         case AllocatorReading():
             return [ALLOCATOR, ev.t, ev.device, ev.allocated, ev.reserved, ev.peak_allocated,
                     ev.alloc_retries, ev.ooms] + ([ev.pid] if ev.pid else [])  # fmt: skip
@@ -161,8 +162,8 @@ def decode_event(raw: Any) -> Event | None:
         return Marker(real(f[0]), str(f[1]), {str(k): str(v) for k, v in extra.items()})
     if code == RULES:
         return StageRules(tuple((str(r[0]), str(r[1])) for r in f[0]))
-    if code == OPS:
-        return decode_op_window(f)
+    if code in (OPS, OPS_BY_NAME):
+        return decode_ops(code, f)
     if code == ALLOCATOR:
         return decode_allocator(f)
     if code == GPU:
@@ -178,23 +179,3 @@ def decode_event(raw: Any) -> Event | None:
     return None
 
 
-# -- 1.1: torch-profiler windows and allocator readings ---------------------------------------
-def _op_time_row(t: OpTime) -> list[Any]:
-    row: list[Any] = [t.ops, t.in_ops_us, t.wall_us]
-    if t.run_us is not None and t.wait_us is not None:
-        row += [t.run_us, t.wait_us]
-    return row
-
-
-def encode_op_window(w: OpWindow) -> list[Any]:
-    return [
-        OPS, w.t_start, w.t_end, w.source, w.events, w.truncated,
-        [[list(p.names), p.stage, p.device, p.count, p.total_us, p.self_us, p.shapes]
-         for p in w.paths],
-        [[k.name, k.kind, k.count, k.total_us, k.min_us, k.max_us] for k in w.kernels],
-        [[m.kind, m.host_memory, m.count, m.bytes, m.total_us] for m in w.memcpy],
-        [[y.name, y.count, y.total_us] for y in w.syncs],
-        [[a.name, a.tid, a.t_start, a.t_end] for a in w.annotations],
-        None if w.gpu is None else [w.gpu.busy_us, w.gpu.span_us, w.gpu.max_gap_us],
-        None if w.op_time is None else _op_time_row(w.op_time),
-    ] + ([w.pid] if w.pid else [])  # fmt: skip

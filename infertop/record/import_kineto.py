@@ -144,7 +144,7 @@ class _Plan:
         starts, ends = t.ts[top], t.ts[top] + t.dur[top]
         return int(main), starts, ends, np.rint((starts - origin_us) * 1000).astype(np.int64)
 
-    def stretch_time(self, a: int, b: int) -> list[float] | None:
+    def stretch_time(self, a: int, b: int) -> dict[str, float] | None:
         """op_time of window [a, b) (relative ns) without steps, as the trace report measures
         it: the op thread's top-level ops that start in it, in stretches of model work."""
         if self.main_ops is None:
@@ -156,9 +156,9 @@ class _Plan:
         s, e = starts[lo:hi], ends[lo:hi]
         wall = sum(y - x for x, y in stretches(s, e))
         in_ops = float((e - s).sum())
-        return [int(hi - lo), min(in_ops, wall), wall]
+        return {"ops": int(hi - lo), "in_ops_us": min(in_ops, wall), "wall_us": wall}
 
-    def _step_times(self, origin_us: float) -> dict[tuple[int, int], list[float]]:
+    def _step_times(self, origin_us: float) -> dict[tuple[int, int], dict[str, float]]:
         """op_time of each ProfilerStep#N window on the op thread, the way the trace report
         measures time outside ops (trace_ops.time_outside_ops): top-level ops clipped to it."""
         if not self.steps or self.main_ops is None:
@@ -172,7 +172,8 @@ class _Plan:
             key = (a, a + int(np.rint(s.dur * 1000)))
             lo, hi = np.clip(starts, s.ts, s.ts + s.dur), np.clip(ends, s.ts, s.ts + s.dur)
             inside = hi > lo
-            out[key] = [int(inside.sum()), float((hi - lo)[inside].sum()), float(s.dur)]
+            out[key] = {"ops": int(inside.sum()), "in_ops_us": float((hi - lo)[inside].sum()),
+                        "wall_us": float(s.dur)}  # fmt: skip
         return out
 
     def _unix(self, rel_ns: int) -> float:
@@ -292,8 +293,8 @@ def _windows(plan: _Plan, say: Progress) -> list[OpWindow]:
         # time outside ops as the trace report measures it (not the agent's live op_time, which
         # also allows for a sampler stopping the thread): per step, else per stretch
         op_time = plan.step_time.get((a, b)) if plan.steps else plan.stretch_time(a, b)
-        fields = [t_start, t_end, "kineto", len(own), False, body["paths"], body["kernels"],
-                  body["memcpy"], body["syncs"], ann, activity, op_time]  # fmt: skip
+        fields = {**body, "t_start": t_start, "t_end": t_end, "source": "kineto", "events": len(own),
+                  "truncated": False, "annotations": ann, "gpu": activity, "op_time": op_time}  # fmt: skip
         out.append(decode_op_window(fields))
     return out
 
@@ -337,7 +338,7 @@ class _GpuBusy:
             gap = max(gap, int(inner.max()))
         return gap
 
-    def between(self, a: int, b: int) -> list[float] | None:
+    def between(self, a: int, b: int) -> dict[str, float] | None:
         busy = span = 0
         gap = 0
         for bs, be, covered in self.devices:
@@ -349,4 +350,4 @@ class _GpuBusy:
             gap = max(gap, self._longest_gap(bs, be, lo, hi))
         if span == 0:
             return None
-        return [busy / 1000.0, span / 1000.0, max(0, gap) / 1000.0]
+        return {"busy_us": busy / 1000.0, "span_us": span / 1000.0, "max_gap_us": max(0, gap) / 1000.0}

@@ -67,7 +67,7 @@ def test_round_trip_is_exact(tmp_path) -> None:
     p = str(tmp_path / "a.infertop")
     write(p, [EVENTS[:7], EVENTS[7:]])
     rec = read_recording(p)
-    assert rec.events == EVENTS and rec.warning is None and rec.version == (1, 8)
+    assert rec.events == EVENTS and rec.warning is None and rec.version == (1, 9)
 
 
 def test_truncated_file_reads_up_to_the_damage(tmp_path) -> None:
@@ -206,8 +206,8 @@ def test_a_process_is_written_only_when_not_the_target() -> None:
     from infertop.record.format import encode_event
 
     ops = _op_events()
-    assert len(encode_event(ops[0])) == 13 and len(encode_event(ops[1])) == 8
-    assert encode_event(ops[-2])[-1] == 4242 and encode_event(ops[-1])[-1] == 4242
+    assert "pid" not in encode_event(ops[0])[1] and len(encode_event(ops[1])) == 8
+    assert encode_event(ops[-2])[1]["pid"] == 4242 and encode_event(ops[-1])[-1] == 4242
 
 
 def test_unknown_codes_are_skipped_by_this_reader() -> None:
@@ -220,28 +220,28 @@ def _bad_op_fields():
     """(description, op window event with one field broken)."""
     from infertop.record.format import encode_event
 
-    good = encode_event(_op_events()[0])
+    code, good = encode_event(_op_events()[0])  # code 21: the fields by name
     cases = {
-        "t_start is a string": (1, "noon"),
-        "truncated is an int": (5, 1),
-        "paths is a dict": (6, {}),
-        "a path's names are a string": (6, [["aten::mm", "forward", "cpu", 1, 1.0, 1.0, None]]),
-        "a path row is short": (6, [[["aten::mm"], "forward", "cpu"]]),
-        "a path's count is a float": (6, [[["aten::mm"], "forward", "cpu", 1.5, 1.0, 1.0, None]]),
-        "an empty name list": (6, [[[], "forward", "cpu", 1, 1.0, 1.0, None]]),
-        "a kernel's kind is None": (7, [["k", None, 1, 1.0, 1.0, 1.0]]),
-        "memcpy bytes are a string": (8, [["HtoD", "pinned", 1, "8", 1.0]]),
-        "a sync is short": (9, [["cudaStreamSynchronize", 1]]),
-        "an annotation's tid is None": (10, [["a", None, 1.0, 2.0]]),
-        "gpu is a number": (11, 3.0),
-        "gpu is short": (11, [1.0, 2.0]),
+        "t_start is a string": ("t_start", "noon"),
+        "truncated is an int": ("truncated", 1),
+        "paths is a dict": ("paths", {}),
+        "a path's names are a string": ("paths", [["aten::mm", "forward", "cpu", 1, 1.0, 1.0, None]]),
+        "a path row is short": ("paths", [[["aten::mm"], "forward", "cpu"]]),
+        "a path's count is a float": ("paths", [[["aten::mm"], "forward", "cpu", 1.5, 1.0, 1.0, None]]),
+        "an empty name list": ("paths", [[[], "forward", "cpu", 1, 1.0, 1.0, None]]),
+        "a kernel's kind is None": ("kernels", [["k", None, 1, 1.0, 1.0, 1.0]]),
+        "memcpy bytes are a string": ("memcpy", [["HtoD", "pinned", 1, "8", 1.0]]),
+        "a sync is short": ("syncs", [["cudaStreamSynchronize", 1]]),
+        "an annotation's tid is None": ("annotations", [["a", None, 1.0, 2.0]]),
+        "gpu is a number": ("gpu", 3.0),
+        "gpu is short": ("gpu", {"busy_us": 1.0, "span_us": 2.0}),
+        "pid is a string": ("pid", "4242"),
     }
-    for what, (i, value) in cases.items():
-        ev = list(good)
-        ev[i] = value
-        yield what, ev
-    yield "cut short", good[:6]
-    yield "pid is a string", good + ["4242"]
+    for what, (name, value) in cases.items():
+        yield what, [code, {**good, name: value}]
+    yield "cut short", [code, {k: good[k] for k in list(good)[:5]}]
+    yield "by position, cut short", [11, 1.0, 2.0, "agent", 3, False, [], [], [], []]
+    yield "by position, gpu is short", [11, 1.0, 2.0, "agent", 3, False, [], [], [], [], [], [1.0, 2.0]]
     yield "allocator pid is a float", [12, 1.0, 0, 1, 2, 3, 0, 0, 1.5]
     yield "allocator with a string", [12, 1.0, 0, "1", 2, 3, 0, 0]
     yield "allocator cut short", [12, 1.0, 0]

@@ -3,9 +3,11 @@
 Speaks docs/agent-protocol.md over the agent's Unix socket, on its own thread: connect, hello,
 configure, start, then read pushed messages until ``stop`` (which sends ``detach``). Messages
 become events: ``window`` → ``OpWindow``, ``spans`` → ``StageSpan``, ``allocator`` →
-``AllocatorReading``, ``pauses`` → ``GcPause`` / ``LoopLag``, ``generations`` → ``GenerationCall``, ``samples`` → ``RawCallSamples``
-(interned by the session into ``CallSamples``), ``hello`` → a ``TargetInfo`` that adds the torch version, ``status`` and
-every failure → ``CollectorStatus(collector="agent")``. Nothing here raises out of ``poll``.
+``AllocatorReading``, ``pauses`` → ``GcPause`` / ``LoopLag``, ``generations`` →
+``GenerationCall``, ``samples`` → ``RawCallSamples`` (interned by the session into
+``CallSamples``), ``hello`` → a ``TargetInfo`` that adds the torch version, ``status`` and every
+failure → ``CollectorStatus(collector="agent")``. Nothing here raises out of ``poll``. The
+framing, the socket's path and its checks are ``infertop.agent.protocol``'s, the agent's own.
 """
 
 from __future__ import annotations
@@ -118,28 +120,12 @@ def _generation(r: list[Any]) -> GenerationCall:
     )  # fmt: skip
 
 
-def _op_time(o: Any) -> list[Any] | None:
-    if o is None:
-        return None
-    row = [o["ops"], o["in_ops_us"], o["wall_us"]]
-    if "wait_us" in o:  # the op thread's kernel times: agents before it did not send them
-        row += [o["run_us"], o["wait_us"]]
-    return row
-
-
 def convert(msg: dict[str, Any]) -> list[Event]:
     """Events for one pushed message; [] for types this client does not know (protocol: new
     types may appear). Raises ValueError (or TypeError, KeyError) when a known one is malformed."""
     kind = msg.get("type")
-    if kind == "window":
-        gpu = msg.get("gpu")
-        fields = [
-            msg["t_start"], msg["t_end"], "agent", msg["events"], msg["truncated"],
-            msg["paths"], msg["kernels"], msg["memcpy"], msg["syncs"], msg["annotations"],
-            None if gpu is None else [gpu["busy_us"], gpu["span_us"], gpu["max_gap_us"]],
-            _op_time(msg.get("op_time")),  # optional: agents before it did not send it
-        ]  # fmt: skip
-        return [decode_op_window(fields)]
+    if kind == "window":  # its fields are an op window's by name (model/fields.py)
+        return [decode_op_window({**msg, "source": "agent", "pid": 0})]
     if kind == "spans":
         spans = msg["spans"]
         if not isinstance(spans, list):
@@ -274,15 +260,15 @@ class AgentCollector:
         try:
             refused = protocol.check_socket(path)
         except FileNotFoundError:
-            raise _Ended("unavailable", f"no agent socket at {path} (no agent in the target)")
+            raise _Ended("unavailable", f"no agent socket at {path} (no agent in the target)") from None
         except OSError as exc:
-            raise _Ended("failed", f"cannot look at {path}: {exc.strerror or exc}")
+            raise _Ended("failed", f"cannot look at {path}: {exc.strerror or exc}") from None
         if refused is not None:
             raise _Ended("failed", f"refusing the agent socket: {refused}")
         try:
             sock = self._sock = protocol.connect(path, timeout=self.reply_timeout)
         except OSError as exc:
-            raise _Ended("failed", f"cannot connect to {path}: {exc.strerror or exc}")
+            raise _Ended("failed", f"cannot connect to {path}: {exc.strerror or exc}") from None
         sock.settimeout(TICK_S)
         hello = self._request({"v": PROTOCOL, "cmd": "hello", "client": self.client}, "hello")
         for ev in hello_events(hello, self.target):
@@ -342,7 +328,7 @@ class AgentCollector:
         try:
             self._sock.sendall(protocol.encode_msg(obj))
         except OSError as exc:
-            raise _Ended("stopped", f"the agent closed the connection ({exc.strerror or exc})")
+            raise _Ended("stopped", f"the agent closed the connection ({exc.strerror or exc})") from None
 
     def _request(
         self, obj: dict[str, Any], reply_type: str, cmd: str | None = None, timeout: float = 0.0
@@ -379,7 +365,7 @@ class AgentCollector:
         except TimeoutError:
             return []
         except OSError as exc:
-            raise _Ended("stopped", f"the agent connection broke ({exc.strerror or exc})")
+            raise _Ended("stopped", f"the agent connection broke ({exc.strerror or exc})") from None
         if not data:
             if self._reader.pending:
                 raise _Ended("failed", "the agent closed the connection in the middle of a message")
