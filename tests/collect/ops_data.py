@@ -21,6 +21,7 @@ from infertop.model.events import (
     OpWindow,
     SyncStat,
 )
+from infertop.model.fields import op_window_fields
 
 MAIN_TID = 140001
 
@@ -138,18 +139,12 @@ def make_allocator(t: float, step: int = 0) -> AllocatorReading:
 
 # -- the wire (docs/agent-protocol.md) --------------------------------------------------------
 def window_message(w: OpWindow, seq: int = 0) -> dict[str, Any]:
-    return {
-        "v": 1, "type": "window", "seq": seq, "t_start": w.t_start, "t_end": w.t_end,
-        "events": w.events, "truncated": w.truncated,
-        "paths": [[list(p.names), p.stage, p.device, p.count, p.total_us, p.self_us, p.shapes]
-                  for p in w.paths],
-        "kernels": [[k.name, k.kind, k.count, k.total_us, k.min_us, k.max_us] for k in w.kernels],
-        "memcpy": [[m.kind, m.host_memory, m.count, m.bytes, m.total_us] for m in w.memcpy],
-        "syncs": [[s.name, s.count, s.total_us] for s in w.syncs],
-        "annotations": [[a.name, a.tid, a.t_start, a.t_end] for a in w.annotations],
-        "gpu": None if w.gpu is None else {
-            "busy_us": w.gpu.busy_us, "span_us": w.gpu.span_us, "max_gap_us": w.gpu.max_gap_us},
-    }  # fmt: skip
+    """The agent's ``window`` message for ``w``: its fields by name, without the ``source`` and
+    ``pid`` that the client adds."""
+    fields = op_window_fields(w)
+    del fields["source"]
+    fields.pop("pid", None)
+    return {"v": 1, "type": "window", "seq": seq, **fields}
 
 
 def allocator_message(r: AllocatorReading) -> dict[str, Any]:
