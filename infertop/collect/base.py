@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import queue
+from collections.abc import Sequence
 from typing import Any, Protocol, TypeVar
-
-from infertop.model.events import Event
 
 
 class Collector(Protocol):
@@ -14,8 +13,10 @@ class Collector(Protocol):
     def start(self) -> None:
         """Begin collecting; must not block for long."""
 
-    def poll(self) -> list[Event]:
-        """Events gathered since the last poll (never blocks, never raises)."""
+    def poll(self) -> Sequence[object]:
+        """Events gathered since the last poll (never blocks, never raises): ``Event``s, or raw
+        windows that ``Session.intern`` turns into events (py-spy's ``RawSampleWindow``, the
+        agent's ``RawCallSamples``)."""
 
     def stop(self) -> None:
         """Stop and release everything; safe to call twice."""

@@ -198,6 +198,7 @@ def run(args: argparse.Namespace) -> int:
     )
     push = push_options(args)
     match = _match(args)
+    others: list[int]
     if match is not None:
         target, others = TargetInfo(None, f"--match {match}", started=time.time()), []
     else:

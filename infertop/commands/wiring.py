@@ -84,30 +84,33 @@ def build_collectors(
     rate, window_s = cfg.collect.rate_hz, cfg.collect.window_s
     if match is not None:
         return _matched_collectors(match, opts, cfg)
+    pid = target.pid
+    if pid is None:  # only watch --match starts without a process
+        raise ValueError("build_collectors: a target without a pid and no match")
     collectors: list[Collector] = [
-        ManyTargets([target.pid, *others], rate, window_s, children, cfg.collect.cpu_every,
+        ManyTargets([pid, *others], rate, window_s, children, cfg.collect.cpu_every,
                     realtime=cfg.collect.realtime)  # fmt: skip
         if others
         else PySpyCollector(
-            target.pid, rate, window_s, children=children, cpu_every=cfg.collect.cpu_every,
+            pid, rate, window_s, children=children, cpu_every=cfg.collect.cpu_every,
             realtime=cfg.collect.realtime,
         ),
         # no GPU or no driver: it only says why, and runs nothing
-        NvmlCollector(target.pid, others=others, children=children),
+        NvmlCollector(pid, others=others, children=children),
         # /proc and the memory cgroup, once a second: nothing runs in the target
-        HostMemoryCollector(target.pid, others=others, children=children),
+        HostMemoryCollector(pid, others=others, children=children),
     ]
     statuses: list[CollectorStatus] = []
     if not opts.inject:
         statuses.append(CollectorStatus(time.time(), "agent", "unavailable", "off (--no-inject)"))
         return collectors, statuses
     agent = agent_config(opts, cfg)
-    collectors.append(AgentAttach(target.pid, agent, target))
+    collectors.append(AgentAttach(pid, agent, target))
     if children or others:
         # imported here: only sessions of several processes need it
         from infertop.collect.agent.children import ChildAgents
 
-        roots = [target.pid, *others]
+        roots = [pid, *others]
         collectors.append(ChildAgents(roots, agent, extra_targets=list(others), children=children))
     return collectors, statuses
 

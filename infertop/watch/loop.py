@@ -13,9 +13,10 @@ import shutil
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TextIO
+from types import FrameType
+from typing import Any, TextIO
 
 from infertop.analysis.triggers import Firing, Rule, Triggers
 from infertop.collect.base import Collector
@@ -31,6 +32,9 @@ TICK_S = 0.25
 RING_SLACK_S = 5.0  # kept beyond --before: the collectors' windows end up to a second late
 FAST_NVML_S = 0.1  # NVML's interval during an incident's --after seconds
 STATUS_EVERY_S = 30.0  # without a terminal: one status line this often (and on each change)
+
+#: what signal.signal takes and gives back
+_Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
 
 
 @dataclass(frozen=True)
@@ -113,10 +117,12 @@ class Watch:
         if self.signalled:
             raise KeyboardInterrupt  # a second one: stop now
         self.signalled = True
-        names = {signal.SIGINT: "interrupted", signal.SIGTERM: "SIGTERM", signal.SIGHUP: "SIGHUP"}
+        names: dict[int, str] = {
+            signal.SIGINT: "interrupted", signal.SIGTERM: "SIGTERM", signal.SIGHUP: "SIGHUP"
+        }
         self.stopping = self.stopping or names.get(signum, f"signal {signum}")
 
-    def _install(self) -> dict[int, object]:
+    def _install(self) -> dict[signal.Signals, _Handler]:
         old = {signal.SIGUSR1: signal.signal(signal.SIGUSR1, self._on_usr1)}
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             old[sig] = signal.signal(sig, self._on_stop)
@@ -302,7 +308,7 @@ class Watch:
                 self._finish(cut=None if self.incident is None or self.incident.due(time.time())
                              else f"cut short: {reason}")  # fmt: skip
                 for sig, handler in old.items():
-                    signal.signal(sig, handler)  # type: ignore[arg-type]
+                    signal.signal(sig, handler)
                 if self.push is not None:
                     self.push.close()  # the last (part) interval too
         if self._tty:
