@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from infertop.analysis.stages import IDLE
@@ -50,7 +50,7 @@ class FlameNode:
 
 def build_flame(
     stack_counts: Iterable[tuple[int, int]],
-    frames_of: Callable[[int], list[Frame]],
+    frames_of: Callable[[int], Sequence[Frame]],
     stage_of: Callable[[int], str],
     stage_filter: str | None = None,
 ) -> FlameNode:
@@ -89,7 +89,7 @@ class TopFrame:
 
 def top_frames(
     stack_counts: Iterable[tuple[int, int]],
-    frames_of: Callable[[int], list[Frame]],
+    frames_of: Callable[[int], Sequence[Frame]],
     stage_of: Callable[[int], str],
     limit: int = 20,
 ) -> list[TopFrame]:

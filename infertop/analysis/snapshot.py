@@ -278,8 +278,9 @@ def _generation(
         return None
     free = None
     memory = memory_summary(session.gpu_upto(t), allocator, session.gpu_fold)
-    if memory is not None and isinstance(memory.get("free"), int):
-        free = int(memory["free"])  # type: ignore[arg-type]
+    reported = memory.get("free") if memory is not None else None
+    if isinstance(reported, int):
+        free = reported
         if allocator is not None:
             free += max(0, allocator.reserved - allocator.allocated)
     return summarize_generations(calls, spans, free)

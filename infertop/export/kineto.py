@@ -69,7 +69,7 @@ class _Builder:
             t += node.width
         for dev in sorted(root.device.values(), key=lambda n: -n.total_us):
             self._device(dev, self.ns(w.t_start), None, None)
-        annotations = Counter()
+        annotations: Counter[str] = Counter()
         for a in w.annotations:
             if a.t_end < a.t_start:
                 continue

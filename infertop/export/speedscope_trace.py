@@ -45,8 +45,8 @@ def export_speedscope_trace(path: str, out: str) -> ExportResult:
                 if lanes.place(s, e) is None:
                     continue
                 while open_ and open_[-1][0] <= s:
-                    at, fr = open_.pop()
-                    events.append({"type": "C", "at": at / 1000, "frame": fr})
+                    at, closed = open_.pop()
+                    events.append({"type": "C", "at": at / 1000, "frame": closed})
                 nid = int(trace.name[idx[k]])
                 fr = frame_of.get(nid)
                 if fr is None:
@@ -56,8 +56,8 @@ def export_speedscope_trace(path: str, out: str) -> ExportResult:
                 open_.append((e, fr))
                 last = max(last, e)
             while open_:
-                at, fr = open_.pop()
-                events.append({"type": "C", "at": at / 1000, "frame": fr})
+                at, closed = open_.pop()
+                events.append({"type": "C", "at": at / 1000, "frame": closed})
             if events:
                 profiles.append(
                     {

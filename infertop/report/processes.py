@@ -54,9 +54,9 @@ def processes_section(session: Session, t: float | None = None) -> list[dict[str
         return None
     ops = process_ops(session, t)
     hosts = host_of(session)
-    ranked = [rank_of(p.cmdline) for p in shares]
-    if all(r is not None for r in ranked):  # an imported rank directory: in rank order
-        shares = [p for _, p in sorted(zip(ranked, shares), key=lambda rp: rp[0])]
+    ranks = [r for p in shares if (r := rank_of(p.cmdline)) is not None]
+    if len(ranks) == len(shares):  # an imported rank directory: in rank order
+        shares = [p for _, p in sorted(zip(ranks, shares), key=lambda rp: rp[0])]
     rate = next((w.window.rate_hz for w in session.windows if w.window.rate_hz > 0), 0.0)
     t0 = session.t_first
     return [

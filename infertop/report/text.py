@@ -86,9 +86,9 @@ def _utilization_lines(devices: list[dict[str, Any]]) -> list[str]:
             st = d.get(key)
             if st:
                 parts.append(f"{label} {st['mean']:.0f}% (p95 {st['p95']:.0f}%)")
-        pcie = [d.get("pcie_rx_kbs"), d.get("pcie_tx_kbs")]
-        if all(pcie):
-            parts.append(f"PCIe rx {pcie[0]['mean'] / 1e6:.2f} tx {pcie[1]['mean'] / 1e6:.2f} GB/s")
+        rx, tx = d.get("pcie_rx_kbs"), d.get("pcie_tx_kbs")
+        if rx and tx:
+            parts.append(f"PCIe rx {rx['mean'] / 1e6:.2f} tx {tx['mean'] / 1e6:.2f} GB/s")
         if d.get("power_w"):
             parts.append(f"{d['power_w']['mean']:.0f} W")
         throttle = {k: v for k, v in (d.get("throttle") or {}).items() if k != "gpu_idle"}

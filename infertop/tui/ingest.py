@@ -252,7 +252,10 @@ class IngestWorker:
 
     def _build(self) -> Snapshot:
         src = self.source
-        writer = src.writer if isinstance(src, LiveSource) else None
+        live = src if isinstance(src, LiveSource) else None
+        played = src if isinstance(src, ReplaySource) else None
+        t_shown = played.t if played is not None else None  # None: live, the newest
+        writer = live.writer if live is not None else None
         notes = tuple(src.notes)
         if writer is not None and writer.failed:
             notes += (writer.failed,)
@@ -260,18 +263,18 @@ class IngestWorker:
         if incident is not None:
             notes += (incident,)
         replay = (
-            ReplayState(src.position, src.length, src.playing, src.speed, src.marks)
-            if self.replay
+            ReplayState(played.position, played.length, played.playing, played.speed, played.marks)
+            if played is not None
             else None
         )
         snap = build_snapshot(
             src.session,
-            t=src.t if self.replay else None,
+            t=t_shown,
             stage_filter=self._stage_filter,
             history=self._history,
             caches=self._caches,
             process=self._process,
-            recording=None if self.replay else src.recording_path,
+            recording=live.recording_path if live is not None else None,
             recording_bytes=writer.bytes_written if writer is not None else 0,
             replay=replay,
             notes=notes,
@@ -292,10 +295,10 @@ class IngestWorker:
             shares = self._base.shares(self._shape, self._stage_filter)
             snap = replace(snap, ui=replace(snap.ui, base=shares, base_path=self._base.path))
         if snap.processes:  # the process selector's numbers
-            rows = process_rows(src.session, snap.processes, src.t if self.replay else None)
+            rows = process_rows(src.session, snap.processes, t_shown)
             snap = replace(snap, ui=replace(snap.ui, process_rows=rows))
         extra = [] if snap.process is not None else self._stragglers.findings(
-            src.session, src.t if self.replay else None, self._thresholds
+            src.session, t_shown, self._thresholds
         )  # fmt: skip
         return with_findings(snap, self._thresholds, extra)  # here, off the UI thread
 
@@ -312,12 +315,12 @@ class IngestWorker:
         elif isinstance(cmd, SetTails):
             self._tails = cmd.on
         elif isinstance(cmd, (StartRecording, StopRecording)):
-            if not self.replay:
-                self._apply_recording(cmd)
+            if isinstance(src, LiveSource):
+                self._apply_recording(src, cmd)
         elif isinstance(cmd, SaveIncident):
             if self.incidents is not None:
                 self.incidents.save(cmd.out_dir)
-        elif not self.replay:
+        elif not isinstance(src, ReplaySource):
             return
         elif isinstance(cmd, SeekTo):
             src.seek(cmd.position)
@@ -328,8 +331,7 @@ class IngestWorker:
         elif isinstance(cmd, ScaleSpeed):
             src.speed = min(SPEED_MAX, max(SPEED_MIN, src.speed * cmd.factor))
 
-    def _apply_recording(self, cmd: StartRecording | StopRecording) -> None:
-        src = self.source
+    def _apply_recording(self, src: LiveSource, cmd: StartRecording | StopRecording) -> None:
         if isinstance(cmd, StartRecording):
             try:
                 src.start_recording(cmd.path)

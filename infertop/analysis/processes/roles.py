@@ -124,8 +124,8 @@ def process_roles(session: Session) -> dict[int, str]:
         for pid in sorted(inp.pids, key=lambda p: (p != inp.target, p)):
             if pid in out:
                 continue
-            proc = session.processes.get(pid)
-            role = role_of(pid, inp.target, proc.cmdline if proc else "", workers + 1)
+            known = session.processes.get(pid)
+            role = role_of(pid, inp.target, known.cmdline if known else "", workers + 1)
             workers += role.startswith("worker")
             if role == "router" and len(inp.pids) == 1:
                 role = "target"  # recorded without --children: one process

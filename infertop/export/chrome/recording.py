@@ -164,8 +164,8 @@ def export_chrome_recording(path: str, out: str, config: Config | None = None) -
         _metadata(emit, pid, gpu_pid, target, own.cmdline if own is not None else None)
         tracks = _Tracks(emit, pid)
         procs = _Processes(emit, pid, ns)
-        for ev in threads.values():  # known from the first pass: events before a thread's
-            _define_thread(tracks, procs, ev)  # definition go to its tracks, named after it
+        for thread in threads.values():  # known from the first pass: events before a thread's
+            _define_thread(tracks, procs, thread)  # definition go to its tracks, named after it
         symbols = SymbolTable()
         frames, stacks = symbols.frames, symbols.stacks
         timeline = SampleTimeline(

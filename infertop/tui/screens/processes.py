@@ -121,8 +121,8 @@ class ProcessesScreen(ModalScreen[object]):
             for i, prompt in enumerate(prompts):
                 options.replace_option_prompt_at_index(i, prompt)
             return
-        i = options.highlighted
-        keep = self.pids[i] if i is not None and 0 <= i < len(self.pids) else None
+        at = options.highlighted
+        keep = self.pids[at] if at is not None and 0 <= at < len(self.pids) else None
         self.pids = pids
         options.clear_options()
         options.add_options(Option(p, id=str(pid)) for p, pid in zip(prompts, pids))

@@ -149,9 +149,9 @@ def frame_detail(
         kind = "gpu kernel" if frame.file == DEVICE_FILE else "cpu op"
         wheres = [f"{kind}, {node.total / 1000:.2f} ms"] * 3
     else:
-        base = frame.file.replace("\\", "/").rsplit("/", 1)[-1]
+        file_name = frame.file.replace("\\", "/").rsplit("/", 1)[-1]
         line = f":{frame.line}" if frame.line else ""  # 0: function-level frames (key n)
-        wheres = [f"{f}{line}" for f in (frame.file, frame.short_file, base)]
+        wheres = [f"{f}{line}" for f in (frame.file, frame.short_file, file_name)]
     stage, name = node.stage, frame.function
     tail = ""
     for where, zoomed in (

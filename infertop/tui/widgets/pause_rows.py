@@ -70,16 +70,18 @@ def pause_rows(snapshot: Snapshot, name_w: int, totals_w: int, spark_w: int) -> 
     rows: list[Text] = []
     gc_ms = history.gc_ms if history else ()
     lag_ms = history.lag_ms if history else ()
+    gc, lag = pauses.gc, pauses.event_loop
     series = [
-        ("gc", GC_COLOR, pauses.gc, gc_totals, gc_ms, 0.0),
-        ("loop lag", LAG_COLOR, pauses.event_loop, lag_totals, lag_ms, LAG_SHOWN_MS),
-    ]
-    for name, color, summary, totals, values, floor in series:
-        if summary is None:
+        ("gc", GC_COLOR, None if gc is None else gc_totals(gc, totals_w), gc_ms, 0.0),
+        ("loop lag", LAG_COLOR, None if lag is None else lag_totals(lag, totals_w), lag_ms,
+         LAG_SHOWN_MS),
+    ]  # fmt: skip
+    for name, color, totals, values, floor in series:
+        if totals is None:
             continue
         row = Text(no_wrap=True, overflow="ellipsis")
         row.append(name.ljust(name_w), style=f"bold {color}")
-        row.append(totals(summary, totals_w).ljust(totals_w), style="dim")  # type: ignore[arg-type]
+        row.append(totals.ljust(totals_w), style="dim")
         if spark_w:
             row.append("  " + sparkline(scaled(values, floor), spark_w), style=color)
         rows.append(row)

@@ -106,9 +106,9 @@ def render_stages(snapshot: Snapshot | None, width: int, header: bool = True) ->
     lines += generation_rows(snapshot.generation, NAME_W)
     for stage, calls in snapshot.batches.items():  # a stage's calls by batch size (forward)
         rows = [(b.batch, b.calls, b.latency_ms_p50) for b in calls]
-        row = batch_row("  by batch", rows, NAME_W, f"{stage} calls")
-        if row is not None:
-            lines.append(row)
+        by_batch = batch_row("  by batch", rows, NAME_W, f"{stage} calls")
+        if by_batch is not None:
+            lines.append(by_batch)
     lines += pause_rows(snapshot, NAME_W, bar_w + PCT_W + TOTAL_W, spark_w)
     return Text("\n").join(lines)
 
