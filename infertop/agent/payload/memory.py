@@ -47,7 +47,7 @@ class _MemoryMixin:
             )
 
 
-_malloc_trim = []
+_malloc_trim: list = []  # [libc's malloc_trim or None], once looked up
 
 
 def _trim_heap():

@@ -262,7 +262,7 @@ def _asgi_http(frame):
 #: tid, unix s at the read, arrival unix s, queued, scheduled, first token, last token (the
 #: engine core's time.monotonic() s: perf_counter's clock on Linux), first-token latency s,
 #: prompt tokens, new tokens, vLLM's request id)
-ENGINE_REQUESTS = collections.deque(maxlen=20000)
+ENGINE_REQUESTS: collections.deque[tuple] = collections.deque(maxlen=20000)
 
 
 def _vllm_finished(frame):
