@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import queue
 from collections.abc import Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 
 class Collector(Protocol):
@@ -25,8 +25,8 @@ class Collector(Protocol):
 T = TypeVar("T")
 
 
-def drain(q: queue.SimpleQueue[T] | Any) -> list[T]:
-    """Everything waiting in a collector's event queue, without blocking."""
+def drain(q: queue.SimpleQueue[T] | queue.Queue[T]) -> list[T]:
+    """Everything waiting in a collector's event queue (or command queue), without blocking."""
     out: list[T] = []
     while True:
         try:
