@@ -275,7 +275,8 @@ class AgentCollector:
             self._events.put(ev)
         reply = self._request(self.config.message(), "ok", "configure")
         self._request({"v": PROTOCOL, "cmd": "start"}, "ok", "start")
-        eff = reply.get("config") if isinstance(reply.get("config"), dict) else {}
+        config = reply.get("config")
+        eff = config if isinstance(config, dict) else {}
         window, period = eff.get("window_s"), eff.get("period_s")
         if not isinstance(window, (int, float)) or not isinstance(period, (int, float)):
             window, period = self.config.window_s, self.config.period_s
@@ -371,10 +372,10 @@ class AgentCollector:
                 raise _Ended("failed", "the agent closed the connection in the middle of a message")
             raise _Ended("stopped", "the agent closed the connection")
         try:
-            return self._reader.feed(data)  # type: ignore[no-any-return]
+            return self._reader.feed(data)
         except protocol.ProtocolError as exc:
             self._broken = _Ended("failed", f"protocol error: {exc}; disconnected")
-            return exc.before  # type: ignore[no-any-return]
+            return list(exc.before)
 
     def _dispatch(self, msg: dict[str, Any]) -> None:
         state = self._agent_state or "running"  # a complaint does not change the agent's state
