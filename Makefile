@@ -38,6 +38,13 @@ unexport PYTHONDONTWRITEBYTECODE
 demo: $(STAMP)
 	$(VENV)/bin/infertop demo
 
+# what .ci/run checks before the tests: the layers, ruff's pinned rules, mypy
+.PHONY: lint
+lint: $(STAMP)
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/ruff check infertop
+	$(VENV)/bin/mypy infertop
+
 # the whole suite in two phases: every test but the `solo` ones on workers side by side
 # (pytest-xdist), then the solo ones one at a time -- the ground-truth tests hold their 3-point
 # accuracy only without another test beside them, and the user-nobody tests share one socket
