@@ -51,7 +51,7 @@ def tail_view(
         return WAITING if s == IDLE else s  # build_flame leaves idle stacks out
 
     def flame(counts: dict[int, int]) -> FlameNode:
-        return build_flame(sorted(counts.items()), frames_of, stage)  # type: ignore[arg-type]
+        return build_flame(sorted(counts.items()), frames_of, stage)
 
     flames = {
         t.stage: TailFlame(t.stage, flame(t.slow_stacks), BaseShares(flame(t.typical_stacks)))

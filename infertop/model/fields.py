@@ -126,7 +126,7 @@ def _decode_op_window(d: dict[str, Any]) -> OpWindow:
 def decode_op_window(fields: dict[str, Any]) -> OpWindow:
     """An op window from its fields by name (``OP_WINDOW_FIELDS``): the agent's ``window``
     message with ``source`` added, or a recording's."""
-    return _checked(_decode_op_window, fields)  # type: ignore[no-any-return]
+    return _checked(_decode_op_window, fields)
 
 
 def op_window_fields(w: OpWindow) -> dict[str, Any]:
@@ -155,4 +155,4 @@ def op_window_fields(w: OpWindow) -> dict[str, Any]:
 
 
 def decode_allocator(f: list[Any]) -> AllocatorReading:
-    return _checked(_decode_allocator, f)  # type: ignore[no-any-return]
+    return _checked(_decode_allocator, f)

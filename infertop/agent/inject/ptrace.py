@@ -70,7 +70,7 @@ def session_main() -> int:
     as one JSON line on stdout."""
     req = json.loads(sys.stdin.read())
     version, lib_path, shared = req["info"]
-    info = PythonInfo(tuple(version), lib_path, bool(shared))  # type: ignore[arg-type]
+    info = PythonInfo(tuple(version), lib_path, bool(shared))
     try:
         result = session(int(req["pid"]), info, req["boot"])
     except Exception as exc:  # noqa: BLE001 - never a traceback on the wire

@@ -9,6 +9,7 @@ from infertop.analysis.stages import StageClassifier
 from infertop.export.chrome.chunk_findings import ChunkFindings
 from infertop.export.jsonout import us
 from infertop.model.events import AllocatorReading, OpWindow, SampleWindow
+from infertop.model.findings import Finding
 from infertop.model.gpu import GpuReading
 
 MIB = 1 << 20
@@ -164,7 +165,7 @@ def findings(
                            over_s=[round(chunk.t_start, 3), round(chunk.t_end, 3)]))  # fmt: skip
 
 
-def finding_event(f, pid: int, ts: float, **extra: object) -> dict:  # type: ignore[no-untyped-def]
+def finding_event(f: Finding, pid: int, ts: float, **extra: object) -> dict:
     """A finding as a global instant event: severity, rule and title in the name, the rest in
     its args."""
     return {
