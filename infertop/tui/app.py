@@ -15,7 +15,7 @@ from rich.text import Text
 from textual import events
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.containers import Vertical
+from textual.containers import Horizontal, Vertical
 from textual.css.query import NoMatches
 
 from infertop.analysis.base_profile import BaseProfile
@@ -49,6 +49,7 @@ from infertop.tui.widgets.flame import VIEW_TITLES, VIEWS, FlameList
 from infertop.tui.widgets.flame_panel import FlamePanel
 from infertop.tui.widgets.gpu import GpuPanel
 from infertop.tui.widgets.key_bar import KeyBar
+from infertop.tui.widgets.memory import MemoryPanel
 from infertop.tui.widgets.stages import StagePanel
 from infertop.tui.widgets.status import StatusLine
 from infertop.tui.widgets.timeline import Timeline
@@ -100,7 +101,9 @@ class InfertopApp(App[None]):
     def compose(self) -> ComposeResult:
         with Vertical(id="main"):
             yield StagePanel(id="stages")
-            yield GpuPanel(id="gpu")
+            with Horizontal(id="resources"):  # host memory beside the GPU, once it is read
+                yield GpuPanel(id="gpu")
+                yield MemoryPanel(id="memory")
             yield FlamePanel(id="flame")
         if self.replay:
             yield Timeline(id="timeline")
@@ -159,6 +162,7 @@ class InfertopApp(App[None]):
         # timed stage calls: their slow ones are explained in the tail view
         stages.border_subtitle = "l: slow calls" if any(s.latency_ms for s in snap.totals) else ""
         self.query_one(GpuPanel).show(snap)
+        self.query_one(MemoryPanel).show(snap)
         self.query_one(FlamePanel).show(snap)
         if self.replay:
             self.query_one(Timeline).show(snap.replay)
@@ -364,6 +368,10 @@ class InfertopApp(App[None]):
         panel = self.query_one(StagePanel)
         panel.display = not panel.display
         self.query_one(GpuPanel).display = panel.display
+        memory = self.query_one(MemoryPanel)
+        memory.visible_wanted = panel.display
+        if memory.snapshot is not None:
+            memory.show(memory.snapshot)
 
     def action_next_gpu(self) -> None:
         self.query_one(GpuPanel).next_device()

@@ -185,7 +185,8 @@ class ChildAgents:
         if self.children:
             for root in list(self.roots):
                 pids += descendants(root)
-        return list(dict.fromkeys(pids))  # each once, in order
+        seen: set[int] = set()
+        return [p for p in pids if not (p in seen or seen.add(p))]  # type: ignore[func-returns-value]
 
     def _retry(self, pid: int, attach: AgentAttach) -> bool:
         """Whether to try ``pid`` again: its injection timed out (its main thread was in a
