@@ -155,8 +155,10 @@ def test_a_real_process_that_allocates_200_mb_shows_it() -> None:
 
         assert _deadline_until(grown), f"rss {first.rss} -> {max(r.rss or 0 for r in seen)}"
         last = seen[-1]
-        # touching 200 MB page by page faults each page in: tens of thousands of minor faults
-        assert last.minor_faults is not None and last.minor_faults - first.minor_faults >= 20_000
+        # touching new memory faults it in (how many faults: one per page, or far fewer with
+        # transparent huge pages)
+        assert last.minor_faults is not None and first.minor_faults is not None
+        assert last.minor_faults > first.minor_faults
         assert last.rss_anon is not None and first.rss_anon is not None
         assert last.rss_anon - first.rss_anon >= 150 * MIB  # anonymous memory, not files
     finally:
