@@ -1,11 +1,14 @@
 """Two profiles compared: what moved, and which of the gated numbers regressed.
 
 Gated (``--fail-above PCT``): every latency group in both (p50 and p95), every stage share
-(idle excluded) and GPU time per step. A number regresses when it grows by more than PCT % of
-its base value. Shares are zero-sum (when one stage shrinks the others' shares grow), so a stage
-share regresses only when, besides its share growing by more than PCT % and by at least
+(idle excluded), GPU time per step, and host memory's peak and growth. A number regresses when
+it grows by more than PCT % of its base value. Shares are zero-sum (when one stage shrinks the
+others' shares grow), so a stage share regresses only when, besides its share growing by more than PCT % and by at least
 ``SHARE_FLOOR`` of active time (a stage going from 0.4 % to 0.9 % of samples is sampling noise),
-the stage's own busy time per wall second grew by more than PCT % as well.
+the stage's own busy time per wall second grew by more than PCT % as well. Host memory's peak
+regresses only when it also grew by ``PEAK_FLOOR`` bytes, its growth rate only by
+``GROWTH_FLOOR`` bytes/s (a flat process's slope is noise around zero, its peak moves by a few
+MB from run to run).
 """
 
 from __future__ import annotations
@@ -19,13 +22,15 @@ from infertop.report.records import Finding
 from infertop.report.records import as_json as record_json
 
 SHARE_FLOOR = 0.01  # a stage share must grow by at least one point of active time to regress
+PEAK_FLOOR = 16 * 2**20  # bytes: host memory's peak must grow by at least this much to regress
+GROWTH_FLOOR = 64 * 1024  # bytes/s (225 MiB an hour): and its growth rate by at least this
 TOP = 10
 DIFF_VERSION = 1
 
 
 @dataclass(eq=False)
 class Row:
-    what: str  # "latency" | "stage share" | "gpu per step"
+    what: str  # "latency" | "stage share" | "gpu per step" | "memory"
     name: str
     base: float | None
     new: float | None
@@ -134,6 +139,13 @@ def compare(base: Profile, new: Profile, fail_above: float | None = None) -> Dif
                 "µs",
             )
         )
+    for name, unit, b_value, n_value in (
+        ("peak RSS", "bytes", base.memory_peak, new.memory_peak),
+        ("growth past warm-up", "B/s", base.memory_growth, new.memory_growth),
+    ):
+        if b_value is not None or n_value is not None:
+            both = b_value is not None and n_value is not None
+            res.rows.append(Row("memory", name, b_value, n_value, unit, gated=both))
     res.ops = _movers(base.ops, new.ops, db, dn)
     res.kernels = _movers(base.kernels, new.kernels, db, dn)
     res.frames = _movers(base.frames, new.frames, 1.0, 1.0)
@@ -150,6 +162,9 @@ def _regressed(row: Row, pct: float) -> bool:
     change = row.change_pct
     if change is None or change <= pct:
         return False
+    if row.what == "memory":
+        floor = PEAK_FLOOR if row.unit == "bytes" else GROWTH_FLOOR
+        return row.new - row.base >= floor
     if row.what.startswith("stage share"):
         if row.new - row.base < SHARE_FLOOR:
             return False

@@ -7,7 +7,9 @@
 - time per step of every op and kernel (µs), and GPU time per step: over the profiled time
   divided by the number of ``ProfilerStep#N`` ranges in it, or per profiled second when there
   are none (``per`` says which);
-- the hottest Python frames (self share of samples), and the findings.
+- the hottest Python frames (self share of samples), and the findings;
+- host memory (recordings from format 1.8): the peak RSS of all processes (each one's peak,
+  summed) and the growth past warm-up of the fastest-growing one.
 """
 
 from __future__ import annotations
@@ -63,6 +65,10 @@ class Profile:
     findings: dict[str, FindingRecord] = field(default_factory=dict)  # rule -> finding
     warning: str | None = None
     flame: FlameNode | None = None  # the Python call tree (plumbing folded); None: a trace
+    #: host memory: each process's peak RSS summed (bytes), the fastest growth past warm-up
+    #: (bytes/s); None: not read (a trace, a recording before format 1.8, too short to say)
+    memory_peak: float | None = None
+    memory_growth: float | None = None
 
 
 def load_profile(path: str, config: Config | None = None) -> Profile:
@@ -107,6 +113,10 @@ def _from_recording(path: str, cfg: Config) -> Profile:
             prof.kernels[k.name] = prof.kernels.get(k.name, 0.0) + k.total_us
         prof.gpu_us = float(sum(snap.torch.gpu.kernel_time_us.values()))
     prof.findings = {f.rule: f for f in rep.findings}
+    if rep.memory is not None:
+        prof.memory_peak = float(sum(p["rss_bytes"]["max"] for p in rep.memory["processes"]))
+        growth = rep.memory.get("growth_bytes_per_s")
+        prof.memory_growth = None if growth is None else float(growth)
     return prof
 
 

@@ -12,6 +12,10 @@ def _fmt(r: Row, x: float | None) -> str:
         return f"{100 * x:.1f}%"
     if r.unit == "ms":
         return f"{x:.2f} ms"
+    if r.unit == "bytes":
+        return f"{x / 2**20:.1f} MiB"
+    if r.unit == "B/s":
+        return f"{x / 1024:.1f} KiB/s"
     return f"{x / 1000:.3f} ms" if x >= 1000 else f"{x:.1f} µs"
 
 
@@ -41,6 +45,7 @@ def render_text(res: DiffResult) -> str:
         ("stage share (cpu)", "stage shares of CPU time (active samples)"),
         ("gpu per step", "GPU time"),
         ("gpu per s", "GPU time"),
+        ("memory", "host memory (peak RSS of all processes; growth of the fastest-growing one)"),
     )
     for what, title in sections:
         rows = [r for r in res.rows if r.what == what]
