@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 
 import pytest
@@ -77,13 +78,20 @@ def test_monitoring_spans_on_312_and_cleanup(targets):
     assert out == "" and err == ""
 
 
-def test_no_monitoring_before_312_but_stage_spans_flow(targets):
+def test_before_312_rules_are_timed_by_wrappers_and_stage_spans_flow(targets):
+    if sys.version_info[:2] >= (3, 12):
+        pytest.skip("the dev venv is Python 3.12+: no wrappers there")
     target = targets("spans_target.py", python=VENV_PY, env=clean_env(PYTHONPATH=str(ROOT)))
     hello, spans, statuses = session(target.pid, [["preprocess", "encode_batch"]])
-    assert hello["monitoring"] is False
-    assert {s[1] for s in spans} == {"serialize"}
-    assert any("3.12" in s["message"] for s in statuses)
+    assert hello["monitoring"] is False and hello["timer"] == "wrappers"
+    assert {s[1] for s in spans} == {"preprocess", "serialize"}
+    pre = [s for s in spans if s[1] == "preprocess"]
+    assert len(pre) >= 10 and all(s[3] - s[2] >= 0.005 for s in pre)  # encode_batch sleeps 5 ms
+    # the json.dumps inside each `with infertop.stage("serialize")` block is part of it
+    assert all(len(s) == 5 and s[4].isdigit() for s in spans if s[1] == "serialize")
+    assert not any("3.12" in s["message"] for s in statuses), statuses
     assert wait_until(lambda: target.read_status()["sink"] is False, 3)
+    assert target.read_status()["handle_wrapped"] is False
     out, err = target.stop()
     assert out == "" and err == ""
 

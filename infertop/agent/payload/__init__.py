@@ -27,6 +27,8 @@ The parts, in order:
 - ``monitor``: the ``sys.monitoring`` timer of those (Python >= 3.12);
 - ``generation``: generation calls followed through that timer (prefill, decode, tokens,
   batch size, KV-cache bytes);
+- ``wrappers``: the timer of Python < 3.12: the same functions wrapped in place (their class's
+  or module's dictionary entries), restored on detach;
 - ``memory``, ``spans``, ``pauses``, ``callsamples``, ``profiling``, ``serve``: the agent's
   mixins, one concern each (CUDA allocator statistics; stage spans; GC pauses and event-loop
   lag; stacks of the threads inside stage calls; duty-cycled profiler windows; the socket and
@@ -120,6 +122,7 @@ PARTS = (
     "stages",
     "monitor",
     "generation",
+    "wrappers",
     "memory",
     "spans",
     "pauses",

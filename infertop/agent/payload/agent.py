@@ -21,7 +21,6 @@ from infertop.agent.payload.constants import (
     THREAD_NAME,
 )
 from infertop.agent.payload.memory import _MemoryMixin
-from infertop.agent.payload.monitor import _Monitor
 from infertop.agent.payload.pauses import _PausesMixin
 from infertop.agent.payload.profiling import _ProfilingMixin
 from infertop.agent.payload.serve import _ServingMixin
@@ -271,8 +270,3 @@ class _Agent(
         self._start_pauses()
         if first:
             self._start_call_samples()
-        if (self.config["stage_functions"] or self.config.get("generate_functions")) and not _Monitor.available():
-            self._status_once(
-                "monitoring", "off",
-                "stage_functions and generate_functions need Python >= 3.12 (sys.monitoring)",
-            )  # fmt: skip

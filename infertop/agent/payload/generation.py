@@ -230,28 +230,35 @@ class _Generations:
         self.done = []
         self.last_split = {}  # ident -> (start ns, first token ns) of its last call ended
 
-    def start(self, code, kind, now):
+    def start(self, code, kind, now, frame=None, args=None):
+        """A call of ``code`` began: the monitor's (its frame found from here) or a wrapper's
+        (``frame``: the wrapper's own, which stays on the stack for the call; ``args``: its
+        arguments, as ``wrappers._ArgsView`` reads them)."""
         ident = threading.get_ident()
         call = self.open.get(ident)
         if kind == "call":
-            frame = frame_of(code)
+            frame = frame if frame is not None else frame_of(code)
             if call is not None and on_stack(frame.f_back, call.opener[0], call.opener[1], 512):
-                call.nested.append((id(frame), code))  # an assistant's generate: part of it
+                call.nested.append((id(frame), frame.f_code))  # an assistant's generate: part of it
                 return
             # a new call (one left open raised: nothing is counted for it)
             call = self.open[ident] = _Call(now, frame)
-            self._take_shape(call, _input_shape(frame, code))  # the requests', before beams
+            self._take_shape(call, _input_shape(args if args is not None else frame, code))  # before beams
             return
-        if call is None or kind != "forward" or (call.nested and self._in_nested(call, frame_of(code))):
+        if call is None or kind != "forward":
             return
+        if call.nested:
+            frame = frame if frame is not None else frame_of(code)
+            if self._in_nested(call, frame):
+                return
         call.fdepth += 1
         if call.fdepth > 1:
             return  # a forward inside the model's forward
         call.forwards += 1
         if call.forwards == 1:  # the prompt's forward: the ids it is fed, the cache it fills
-            frame = frame_of(code)
-            self._take_shape(call, _input_shape(frame, code))
-            call.cache = _cache_of(frame)
+            local = args if args is not None else (frame if frame is not None else frame_of(code))
+            self._take_shape(call, _input_shape(local, code))
+            call.cache = _cache_of(local)
         elif call.forwards == 2 and call.token_end is None:
             # the second step begins: the first token was chosen (logits processed, sampled,
             # the stopping criteria and a streamer called) just before
@@ -285,21 +292,24 @@ class _Generations:
         elif call.fed is None and shape[1] is not None:
             call.fed = shape[1]
 
-    def finish(self, code, kind, retval, now):
+    def finish(self, code, kind, retval, now, frame=None):
         ident = threading.get_ident()
         call = self.open.get(ident)
         if call is None:
             return
         if kind == "call":
-            fid = id(frame_of(code))
-            if call.opener == (fid, code):
+            frame = frame if frame is not None else frame_of(code)
+            key = (id(frame), getattr(frame, "f_code", None))
+            if call.opener == key:
                 del self.open[ident]
                 if call.start is not None:
                     self._done(ident, call, retval, now)
-            elif call.nested and call.nested[-1] == (fid, code):
+            elif call.nested and call.nested[-1] == key:
                 call.nested.pop()
             return
-        if kind != "forward" or (call.nested and self._in_nested(call, frame_of(code))):
+        if kind != "forward" or (
+            call.nested and self._in_nested(call, frame if frame is not None else frame_of(code))
+        ):
             return
         if call.fdepth > 0:
             call.fdepth -= 1

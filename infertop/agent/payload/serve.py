@@ -247,6 +247,8 @@ class _ServingMixin:
             "cuda": _cuda_in_use(torch) if torch is not None else False,
             "armed": self.mode == "armed",
             "monitoring": _Monitor.available(),
+            # how stage functions are timed: sys.monitoring (3.12+), else wrapped in place
+            "timer": "monitoring" if _Monitor.available() else "wrappers",
             "all_threads": bool(self.all_threads),
             "agent_tid": self.thread.native_id if self.thread is not None else None,
         }
@@ -291,13 +293,11 @@ class _ServingMixin:
             new["period_s"] = new["window_s"]
         self.config = new
         if patterns is not None:
-            self.pattern_codes = find_stage_codes(patterns) if _Monitor.available() else {}
-            models = []
-            if _Monitor.available():
-                try:
-                    models = find_model_codes()
-                except Exception:  # an odd object in the heap: no model timed, the rest is
-                    models = []
+            self.pattern_codes = find_stage_codes(patterns)
+            try:
+                models = find_model_codes()
+            except Exception:  # an odd object in the heap: no model timed, the rest is
+                models = []
             self.model_codes = list(models)
             self._set_codes()
 
@@ -309,13 +309,11 @@ class _ServingMixin:
         codes = dict(self.pattern_codes)
         models = self.model_codes
         filters, returns = {}, {}
-        gen_codes = {}
-        if _Monitor.available():
-            gen_codes = self._generation_codes(new, models)
-            for code, kind in gen_codes.items():
-                if kind == "call" and code not in codes:
-                    codes[code] = "forward"  # a named loop: its prefill and decode spans
-        if _Monitor.available() and new.get("known_entry_points", True):
+        gen_codes = self._generation_codes(new, models)
+        for code, kind in gen_codes.items():
+            if kind == "call" and code not in codes:
+                codes[code] = "forward"  # a named loop: its prefill and decode spans
+        if new.get("known_entry_points", True):
             for code, (stage, filt) in find_known_codes(models).items():
                 if code not in codes:  # the user's rule for it wins
                     codes[code] = stage
@@ -349,7 +347,7 @@ class _ServingMixin:
         if now < self.next_model_scan:
             return
         self.next_model_scan = now + MODEL_SCAN_S
-        if (not _Monitor.available() or not self.config.get("known_entry_points", True)
+        if (not self.config.get("known_entry_points", True)
                 or "torch.nn.modules.module" not in sys.modules
                 or len(self.model_codes) >= MAX_MODEL_CODES):  # fmt: skip
             return

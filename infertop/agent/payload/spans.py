@@ -13,6 +13,7 @@ from infertop.agent.payload.constants import MAX_SPANS_BUFFERED
 from infertop.agent.payload.generation import _Generations
 from infertop.agent.payload.monitor import _Monitor
 from infertop.agent.payload.stages import ENGINE_REQUESTS
+from infertop.agent.payload.wrappers import _Wrappers
 
 # -- end --
 
@@ -97,11 +98,13 @@ class _SpansMixin:
             pass
 
     def _start_monitor(self):
-        if not self.stage_codes or not _Monitor.available():
+        if not self.stage_codes:
             return
         own = self.thread.ident if self.thread is not None else None
         gens = _Generations(self.generation_codes) if self.generation_codes else None
-        monitor = _Monitor(
+        # sys.monitoring where it exists (3.12+); before it, the functions wrapped in place
+        timer = _Monitor if _Monitor.available() else _Wrappers
+        monitor = timer(
             self.stage_codes, self._push_span, self.stage_filters, ignore=(own,), generations=gens,
             returns=self.stage_returns,
         )
@@ -116,6 +119,21 @@ class _SpansMixin:
             return
         self.monitor = monitor
         self.generations = gens
+        if timer is _Wrappers:
+            self._say_unreached(monitor)
+
+    def _say_unreached(self, wrappers):
+        """Once a session: the timed functions the wrappers could not reach (a function defined
+        inside another one, an entry the target's types refuse), by name."""
+        names = sorted({"%s:%s" % (c.co_filename.rsplit("/", 1)[-1], c.co_name) for c in wrappers.unreached})
+        names += sorted({n for n, _why in wrappers.failed})
+        if names:
+            self._status_once(
+                "unreached", "running",
+                "Python %d.%d: %d timed functions not reached (no dictionary holds them; their "
+                "samples still count): %s" % (sys.version_info[0], sys.version_info[1], len(names),
+                                               ", ".join(names[:8])),
+            )  # fmt: skip
 
     def _stop_monitor(self):
         monitor, self.monitor = self.monitor, None

@@ -1,6 +1,7 @@
-"""Generation calls followed by the agent's ``sys.monitoring`` timer in this process (Python >=
-3.12, real torch and transformers): prints one JSON object, each scenario's rows and spans,
-for tests/agent/test_generation_monitor.py.
+"""Generation calls followed by the agent's timer in this process (real torch and
+transformers): ``sys.monitoring`` on Python >= 3.12, the functions wrapped in place before it
+(``wrappers.py``). Prints one JSON object, each scenario's rows and spans, for
+tests/agent/test_generation_monitor.py.
 
 Scenarios: a Hugging Face ``generate`` with its own first-token time (a streamer); a beam
 search; a hand-written loop named by a pattern; a ``generate`` already running when the
@@ -30,6 +31,10 @@ from infertop.agent.payload.stages import (  # noqa: E402
     find_model_codes,
     parse_stage_patterns,
 )
+from infertop.agent.payload.wrappers import _Wrappers  # noqa: E402
+
+#: the agent's timer on this Python
+TIMER = _Monitor if _Monitor.available() else _Wrappers
 
 hf_logging.set_verbosity_error()
 torch.manual_seed(0)
@@ -92,9 +97,9 @@ def plain_calls_that_raise():
     """Stage calls timed with no PY_UNWIND event: a call that raised leaves no span and does not
     swallow the next; a nested call that raised does not end its outer one."""
     spans = []
-    mon = _Monitor({encode.__code__: "preprocess"}, lambda *a: spans.append(list(a[1:4])))
+    mon = TIMER({encode.__code__: "preprocess"}, lambda *a: spans.append(list(a[1:4])))
     mon.install()
-    unwind = sys.monitoring.get_events(mon.tool) & sys.monitoring.events.PY_UNWIND
+    unwind = TIMER is _Monitor and sys.monitoring.get_events(mon.tool) & sys.monitoring.events.PY_UNWIND
     try:
         encode("a", fail=True)
     except ValueError:
@@ -120,17 +125,17 @@ def unwinding_once_served():
     import asyncio
 
     spans = []
-    mon = _Monitor({app.__code__: "request"}, lambda *a: spans.append(a[1]),
-                   filters={app.__code__: lambda frame: "GET /"})  # fmt: skip
+    mon = TIMER({app.__code__: "request"}, lambda *a: spans.append(a[1]),
+                filters={app.__code__: lambda frame: "GET /"})  # fmt: skip
     mon.install()
-    events = sys.monitoring.events
-    before = bool(sys.monitoring.get_events(mon.tool) & events.PY_UNWIND)
+    monitoring = getattr(sys, "monitoring", None) if TIMER is _Monitor else None
+    before = monitoring is not None and bool(monitoring.get_events(mon.tool) & monitoring.events.PY_UNWIND)
     asyncio.run(app({"type": "http"}, None, None))
     try:
         asyncio.run(app({"type": "http", "fail": True}, None, None))
     except RuntimeError:
         pass
-    after = bool(sys.monitoring.get_events(mon.tool) & events.PY_UNWIND)
+    after = monitoring is None or bool(monitoring.get_events(mon.tool) & monitoring.events.PY_UNWIND)
     mon.uninstall()
     return {"before": before, "after": after, "spans": spans}
 
@@ -148,8 +153,8 @@ def nested_requests():
     spans = []
     http = lambda frame: "GET /" if frame.f_locals["scope"].get("type") == "http" else None  # noqa: E731
     codes = {app.__code__: "request", entrypoint.__code__: "request"}
-    mon = _Monitor(codes, lambda *a: spans.append([a[1], a[4]]),
-                   filters={c: http for c in codes})  # fmt: skip
+    mon = TIMER(codes, lambda *a: spans.append([a[1], a[4]]),
+                filters={c: http for c in codes})  # fmt: skip
 
     async def three():
         await asyncio.gather(*(entrypoint({"type": "http"}, None, None) for _ in range(3)))
@@ -184,7 +189,7 @@ def install_reads_only_its_own_stack():
 
     sys._current_frames = counting
     try:
-        mon = _Monitor({predict.__code__: "forward"}, lambda *a: spans.append(a[0]))
+        mon = TIMER({predict.__code__: "forward"}, lambda *a: spans.append(a[0]))
         mon.install()
     finally:
         sys._current_frames = real
@@ -205,7 +210,7 @@ def predict(batch):
 def batched_forwards(tiny):
     """Forward calls' batch sizes: a model's first tensor argument, a handler's list."""
     spans = []
-    mon = _Monitor(
+    mon = TIMER(
         {_unwrapped(type(tiny).forward): "forward", predict.__code__: "forward"},
         lambda *a: spans.append([a[1], a[5] if len(a) > 5 else None]),
     )
@@ -232,7 +237,7 @@ def monitor(patterns=()):
         if kind == "call":
             codes.setdefault(code, "forward")
     spans = []
-    mon = _Monitor(codes, lambda *a: spans.append(list(a[1:4])), generations=gen)
+    mon = TIMER(codes, lambda *a: spans.append(list(a[1:4])), generations=gen)
     mon.install()
     return mon, gen, spans
 

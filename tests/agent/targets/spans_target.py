@@ -4,7 +4,9 @@ Calls ``encode_batch`` (~5 ms of sleep) about 50 times a second and runs a
 ``with infertop.stage("serialize")`` block each iteration (when ``infertop`` is importable: put
 the repository on PYTHONPATH). Writes ``--status`` every 0.1 s as JSON: iteration count, the
 sys.monitoring tool registered under PROFILER_ID (Python >= 3.12) and whether an infertop span
-sink is installed, so tests can check that detach left nothing behind.
+sink is installed, and whether ``Server.handle`` is another object than the one the class was
+made with (the agent's wrapper, before Python 3.12), so tests can check that detach left
+nothing behind.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ def main() -> int:
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
     server = Server()
+    handle = Server.__dict__["handle"]
     n = 0
     last = 0.0
     while not stopping:
@@ -58,6 +61,7 @@ def main() -> int:
                 "tool": mon.get_tool(mon.PROFILER_ID) if mon else None,
                 "tools": [mon.get_tool(i) for i in range(6)] if mon else None,
                 "sink": annotate is not None and annotate._sink is not None,
+                "handle_wrapped": Server.__dict__["handle"] is not handle,
             }
             tmp = args.status + ".tmp"
             with open(tmp, "w") as fh:

@@ -1,0 +1,132 @@
+"""Python 3.10 and 3.11 (no ``sys.monitoring``): the agent times the same calls it times on
+3.12 by wrapping them in place (``payload/wrappers.py``), and detach gives the target back
+every object it replaced. A real target on the dev venv's Python (``targets/wrapped_target.py``,
+torch), attached with the defaults and one ``--stage`` rule; and pyenv's 3.10 where it has it."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import pytest
+from agenthelpers import ROOT, Client, clean_env, pyenv_python, settled, threads, wait_until
+
+from infertop.agent.inject import inject
+
+pytestmark = pytest.mark.slow
+#: the tests' rule: ``preprocess`` calls ``tokenize`` twice; both are the stage, one call counts
+RULES = [["preprocess", "*wrapped_target.py:preprocess"], ["preprocess", "*wrapped_target.py:tokenize"]]
+#: what the agent wraps in the target with those rules and its defaults
+WRAPPED = {"tokenize", "preprocess", "Net.forward", "json.dumps", "dumps"}
+CYCLES = int(os.environ.get("INFERTOP_WRAP_CYCLES", "50"))
+
+
+def _needs_wrappers() -> None:
+    if sys.version_info[:2] >= (3, 12):
+        pytest.skip("the dev venv is Python 3.12+: the agent uses sys.monitoring there")
+
+
+def attached(pid: int, want: int = 20, timeout: float = 30.0, during=None) -> tuple[dict, list]:
+    """One session with the defaults and ``RULES``: the hello and the spans, at least ``want``
+    forward spans (or what came within ``timeout``); ``during()`` is called while attached."""
+    result = inject(pid, require_torch=False)
+    assert result.ok, result.reason
+    client = Client(result.socket_path)
+    spans: list = []
+    try:
+        hello = client.call("hello", client="wrappers")
+        assert client.call("configure", stage_functions=RULES)["type"] == "ok"
+        client.call("start")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and sum(s[1] == "forward" for s in spans) < want:
+            spans += client.wait_for("spans", timeout=10)["spans"]
+        if during is not None:
+            during()
+        client.call("detach")
+    finally:
+        client.close()
+    assert wait_until(lambda: not os.path.exists(result.socket_path), 10)
+    return hello, spans
+
+
+def test_a_311_target_gets_per_call_latency_with_the_defaults(targets) -> None:
+    _needs_wrappers()
+    target = targets("wrapped_target.py", env=clean_env(), ready_key="modules_same")
+    assert wait_until(lambda: target.read_status()["modules_same"], 30)
+    before = target.read_status()
+    seen: dict = {}
+    hello, spans = attached(target.pid, during=lambda: seen.update(target.read_status()))
+    assert hello["monitoring"] is False and hello["timer"] == "wrappers"
+    assert set(seen["changed"]) == WRAPPED, seen  # wrapped where the target looks them up
+    by = {stage: [s for s in spans if s[1] == stage] for stage in ("preprocess", "forward", "serialize")}
+    assert all(len(v) >= 10 for v in by.values()), {k: len(v) for k, v in by.items()}
+    assert {s[1] for s in spans} == set(by), spans[:5]
+    for tid, _stage, t0, t1, *_ in spans:
+        assert tid == target.pid and t0 <= t1  # the main thread's OS id
+    # preprocess runs two tokenize calls of >= 2 ms each: one call of its stage, not three
+    assert min(s[3] - s[2] for s in by["preprocess"]) >= 0.004, by["preprocess"][:5]
+    assert abs(len(by["preprocess"]) - len(by["forward"])) <= 2
+    # the root model's forward alone (not its blocks'), with its batch
+    assert {s[5] for s in by["forward"]} == {3}, by["forward"][:5]
+    # detach gave every object back: the same functions, classes' methods, modules, threads
+    assert wait_until(lambda: target.read_status()["changed"] == [], 10), target.read_status()
+    after = target.read_status()
+    assert after["modules_same"], after["extra_modules"]
+    assert after["threads"] == before["threads"]
+    assert target.read_status()["n"] > after["n"] - 1  # still running
+    _out, err = target.stop()
+    assert err == ""
+
+
+@pytest.mark.long
+def test_attach_detach_cycles_leave_the_targets_objects_as_they_were(targets) -> None:
+    _needs_wrappers()
+    target = targets("wrapped_target.py", env=clean_env(), ready_key="modules_same")
+    assert wait_until(lambda: target.read_status()["modules_same"], 30)
+    py_threads = target.read_status()["threads"]
+    base_threads = None  # the OS threads after the first cycle: libkineto keeps one of its own
+    for cycle in range(CYCLES):
+        seen: dict = {}
+        _, spans = attached(target.pid, want=1, during=lambda s=seen: s.update(target.read_status()))
+        assert set(seen["changed"]) == WRAPPED, (cycle, seen)
+        assert any(s[1] == "forward" for s in spans), cycle
+        assert wait_until(lambda: target.read_status()["changed"] == [], 10), (cycle, target.read_status())
+        status = target.read_status()
+        assert status["modules_same"], (cycle, status["extra_modules"])
+        assert wait_until(lambda: target.read_status()["threads"] == py_threads, 10), cycle
+        if base_threads is None:
+            base_threads = settled(lambda: threads(target.pid))
+        assert wait_until(lambda b=base_threads: threads(target.pid) == b, 10), cycle
+    _out, err = target.stop()
+    assert target.proc.returncode == 0 and err == ""
+
+
+def test_a_310_target_is_timed_too(targets) -> None:
+    """pyenv's 3.10 (no torch there): a plain function named by a rule, the agent's span
+    sink beside it, and nothing left after detach."""
+    exe = pyenv_python("3.10")
+    if exe is None:
+        pytest.skip("no Python 3.10 here (pyenv)")
+    target = targets("spans_target.py", python=exe, env=clean_env(PYTHONPATH=str(ROOT)))
+    result = inject(target.pid, require_torch=False)
+    assert result.ok, result.reason
+    client = Client(result.socket_path)
+    spans: list = []
+    try:
+        assert client.call("hello", client="wrappers")["timer"] == "wrappers"
+        client.call("configure", stage_functions=[["preprocess", "*spans_target.py:Server.handle"]])
+        client.call("start")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and sum(s[1] == "preprocess" for s in spans) < 10:
+            spans += client.wait_for("spans", timeout=10)["spans"]
+        assert target.read_status()["handle_wrapped"] is True
+        client.call("detach")
+    finally:
+        client.close()
+    assert wait_until(lambda: not os.path.exists(result.socket_path), 10)
+    pre = [s for s in spans if s[1] == "preprocess"]
+    assert len(pre) >= 10 and all(s[3] - s[2] >= 0.005 for s in pre)  # encode_batch sleeps 5 ms
+    assert wait_until(lambda: target.read_status()["handle_wrapped"] is False, 10)
+    out, err = target.stop()
+    assert out == "" and err == ""
