@@ -350,10 +350,13 @@ class _Wrappers:
             me, now, gen = None, None, None
             if kind is not None:
                 gen = timer.gen
-                me, now = getframe(), clock()
-                try:
-                    gen.start(code, kind, now, me, _ArgsView(code, args, kwargs))
-                except Exception:  # a generation not followed: its stage call still is
+                if kind == "call" or ident in gen.open:  # (a forward outside one: nothing)
+                    me, now = getframe(), clock()
+                    try:
+                        gen.start(code, kind, now, me, _ArgsView(code, args, kwargs))
+                    except Exception:  # a generation not followed: its stage call still is
+                        gen = None
+                else:
                     gen = None
             call = None
             if stage is not None:

@@ -5,7 +5,7 @@
 targets, and with ``--children`` every descendant of every target (``/proc``). A process
 that has imported torch (libtorch in its maps) gets an ``AgentAttach``, one injection at a
 time (an armed agent, as under ``infertop run``, is simply used); so does a process on Python
-3.12 or later without torch (an API process: the agent times its requests), but not
+3.10 or later without torch (an API process: the agent times its requests), but not
 multiprocessing's helpers. Any other process is looked at again now and then (a worker imports
 torch after it starts). Its events are of
 that process: op windows and allocator readings carry its pid, its stage spans stay on its
@@ -47,8 +47,9 @@ HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
 
 def _wants_agent(pid: int) -> bool | None:
     """Whether ``pid`` gets an agent: it has imported torch (ops, memory), or it runs Python
-    3.12 or later, where the agent times the entry points it knows with no flags (an API
-    process's requests) and its pauses. None when it is gone (or unreadable)."""
+    3.10 or later, where the agent times the entry points it knows with no flags (an API
+    process's requests: ``sys.monitoring`` from 3.12, wrappers before) and its pauses. None
+    when it is gone (or unreadable)."""
     from infertop.agent.inject import has_torch, python_info  # the injector: not start-up's
     from infertop.collect.tree import read_cmdline
 
@@ -60,7 +61,7 @@ def _wants_agent(pid: int) -> bool | None:
         info = python_info(pid)
     except OSError:
         return None
-    return info is not None and info.version >= (3, 12)
+    return info is not None and info.version >= (3, 10)
 
 
 class ChildAgents:
@@ -185,8 +186,7 @@ class ChildAgents:
         if self.children:
             for root in list(self.roots):
                 pids += descendants(root)
-        seen: set[int] = set()
-        return [p for p in pids if not (p in seen or seen.add(p))]  # type: ignore[func-returns-value]
+        return list(dict.fromkeys(pids))  # each once, in order
 
     def _retry(self, pid: int, attach: AgentAttach) -> bool:
         """Whether to try ``pid`` again: its injection timed out (its main thread was in a
