@@ -138,8 +138,9 @@ def main() -> None:
     hf_logging.set_verbosity_error()
     gen_model = build_model(2000, 128, 2, 4, 64)
     ids = torch.randint(2, 2000, (2, 32))
-    gen_args = ((ids,), dict(attention_mask=torch.ones_like(ids), max_new_tokens=16, min_new_tokens=16,
-                             do_sample=False, pad_token_id=0))  # fmt: skip
+    gen_kw = {"attention_mask": torch.ones_like(ids), "max_new_tokens": 16, "min_new_tokens": 16,
+              "do_sample": False, "pad_token_id": 0}  # fmt: skip
+    gen_args = ((ids,), gen_kw)
     model, tok = Net().eval(), Tokenizer()
     loops = _loops(model, tok, gen_model, gen_args)
     results: dict[str, dict[str, list[float]]] = {k: {"plain": [], "timed": []} for k in loops}

@@ -82,7 +82,7 @@ def add_collect_flags(p: argparse.ArgumentParser, defaults: AgentConfig | None) 
         metavar="PATTERN",
         help="a function of yours that is one generation call (a hand-written decode loop), "
         "repeatable; FUNC_GLOB or FILE_GLOB:FUNC_GLOB, e.g. --generate '*server.py:generate_tokens'. "
-        "Python >= 3.12: each call's time to first token, time per token, batch and tokens, "
+        "Each call's time to first token, time per token, batch and tokens (Python >= 3.10), "
         "the prefill until its model's second forward begins. Hugging Face generate needs none.",
     )
     p.add_argument(

@@ -89,7 +89,7 @@ def tail_lines(rep: dict[str, Any]) -> list[str]:
                 )
         elif tail["samples"]["slow"] == 0:
             out.append(
-                "    no call samples: stage rules (--stage) on Python >= 3.12 or infertop.stage "
+                "    no call samples: stage rules (--stage) on Python >= 3.10 or infertop.stage "
                 "annotations, with the agent, tie stacks to calls"
             )
         stages = [

@@ -57,7 +57,7 @@ def _version(text: str | None) -> tuple[int, ...] | None:
 
 
 TODO = (
-    'time the stage\'s calls with --stage STAGE=FUNCTION (Python ≥ 3.12) or wrap them in '
+    'time the stage\'s calls with --stage STAGE=FUNCTION (Python ≥ 3.10) or wrap them in '
     '`with infertop.stage("STAGE"):`'
 )
 
@@ -71,13 +71,13 @@ def _why_no_samples(snap: Snapshot) -> tuple[str, str]:
         if agent is not None and agent.message:
             why += f" ({agent.message})"
         return why, "attach with the agent, and " + TODO
-    if python is not None and python < (3, 12):
+    if python is not None and python < (3, 10):
         why = (
             f"on Python {snap.target.python} the agent times calls only inside infertop.stage() "
             "annotations, and it saw none"
         )
         todo = (
-            'wrap each stage in `with infertop.stage("STAGE"):` (or run on Python ≥ 3.12 with '
+            'wrap each stage in `with infertop.stage("STAGE"):` (or run on Python ≥ 3.10 with '
             "--stage STAGE=FUNCTION)"
         )
         return why, todo
