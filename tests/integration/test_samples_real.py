@@ -35,10 +35,11 @@ def _record(tmp_path, argv: list[str], duration: str = "6", python: str | None =
         until(lambda: sum(read_truth(truth).get("stages", {}).values()) > 0.5, 90, f"work in {truth}")
         out = str(tmp_path / "s.infertop")
         p = infertop("record", str(target.pid), "-o", out, "--duration", duration, timeout=180)
-        assert p.returncode == 0, p.stderr
-        assert target.poll() is None, "the target must still be running"
+        alive = target.poll() is None
     finally:
         _, err = stop_target(target)
+    assert alive, f"the target must still be running; its stderr: {err[-3000:]}"
+    assert p.returncode == 0, p.stderr
     assert err == "", f"the target's stderr got: {err[:500]}"
     return report_json(out), out
 
