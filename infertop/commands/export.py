@@ -9,25 +9,15 @@ from typing import TYPE_CHECKING
 from infertop.commands.base import Command
 from infertop.commands.common import add_config_flags, load_cfg
 from infertop.errors import EXIT_OK
-from infertop.export.formats import FORMATS
+from infertop.export.formats import FORMATS, formats_help
 
 if TYPE_CHECKING:
     from infertop.collect.agent.client import AgentConfig
 
-DESCRIPTION = (
-    "chrome: Trace Event Format JSON for Perfetto / chrome://tracing (gzip when OUT "
-    "ends in .gz); speedscope: sampled CPU profiles per thread and per stage; kineto: the "
-    "recording's torch.profiler windows as a trace for TensorBoard / Holistic Trace Analysis; "
-    "pprof: the CPU samples as a gzipped "
-    "pprof profile labelled by stage, thread and process (go tool pprof, Pyroscope, Parca); "
-    "pprof-ops: the torch-profiler windows' op time as pprof (op path -> kernel). "
-    "See docs/export.md."
-)
-
 
 def add_arguments(p: argparse.ArgumentParser, _agent: AgentConfig | None) -> None:
     p.add_argument("file", help="a recording, or a torch.profiler trace .json[.gz]")
-    p.add_argument("--format", choices=FORMATS, required=True)
+    p.add_argument("--format", choices=list(FORMATS), required=True)
     p.add_argument("-o", "--output", required=True, metavar="OUT")
     add_config_flags(p)
 
@@ -48,5 +38,5 @@ COMMAND = Command(
     "a recording or trace as a Chrome/Perfetto trace, speedscope, a Kineto trace or pprof",
     add_arguments,
     run,
-    description=DESCRIPTION,
+    description=formats_help(),
 )

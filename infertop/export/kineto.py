@@ -20,7 +20,8 @@ from collections import Counter
 from typing import Any
 
 from infertop import __version__
-from infertop.errors import BadInputFile
+from infertop.config import Config
+from infertop.errors import BadInputFile, UsageError
 from infertop.export.jsonout import JsonStream
 from infertop.export.oplayout import SELF_GAP_NS, _Node, _size, _tree, is_copy
 from infertop.export.prelude import ExportResult, scan_recording
@@ -194,7 +195,13 @@ class _Builder:
             )
 
 
-def export_kineto(path: str, out: str) -> ExportResult:
+def export_kineto(path: str, out: str, config: Config, trace: bool) -> ExportResult:
+    """``config`` is not read: the windows are written as the agent reduced them."""
+    if trace:
+        raise UsageError(
+            f"{path} already is a torch.profiler trace",
+            "open it as it is in TensorBoard or Holistic Trace Analysis",
+        )
     stream = RecordingStream(path)
     t0, _rules, target = scan_recording(stream)
     pid = target.pid or 1

@@ -34,17 +34,14 @@ from infertop.sources import ReplaySource
 from infertop.words import plural
 
 
-def export_pprof(
-    path: str, out: str, config: Config | None = None, trace: bool = False
-) -> ExportResult:
+def export_pprof(path: str, out: str, config: Config, trace: bool) -> ExportResult:
     if trace:
-        return export_pprof_ops(path, out, trace=True)
-    cfg = config or Config()
+        return export_pprof_ops(path, out, config, trace=True)
     stream = RecordingStream(path)
     processes: dict[int, ProcessDef] = {}
     t0, recorded_rules, target = scan_recording(stream, processes)
-    classifier = StageClassifier(tuple(cfg.stage_rules) + tuple(recorded_rules))
-    role = _roles(path, cfg) if len(processes) > 1 else {}
+    classifier = StageClassifier(tuple(config.stage_rules) + tuple(recorded_rules))
+    role = _roles(path, config) if len(processes) > 1 else {}
     main_pid = target.pid or 0
     symbols = SymbolTable()
     threads: dict[int, tuple[str, int]] = {}  # tid -> (name, pid)
@@ -99,7 +96,9 @@ def _roles(path: str, cfg: Config) -> dict[int, str]:
     return process_roles(src.session)
 
 
-def export_pprof_ops(path: str, out: str, trace: bool = False) -> ExportResult:
+def export_pprof_ops(path: str, out: str, config: Config, trace: bool) -> ExportResult:
+    """The op profile; ``config`` is not read: the processes' roles are named with the
+    defaults."""
     if trace:
         _plan, windows = read_windows(path, lambda _msg: None)
         warning = None

@@ -90,18 +90,15 @@ def _copy(fh: IO[bytes], out: JsonStream) -> None:
         out.write(chunk)
 
 
-def export_speedscope(
-    path: str, out: str, config: Config | None = None, trace: bool = False
-) -> ExportResult:
+def export_speedscope(path: str, out: str, config: Config, trace: bool) -> ExportResult:
     if trace:
         # here: a recording's profiles need not load the trace model (numpy columns)
         from infertop.export.speedscope_trace import export_speedscope_trace
 
         return export_speedscope_trace(path, out)
-    cfg = config or Config()
     stream = RecordingStream(path)
     t0, recorded_rules, target = scan_recording(stream)
-    classifier = StageClassifier(tuple(cfg.stage_rules) + tuple(recorded_rules))
+    classifier = StageClassifier(tuple(config.stage_rules) + tuple(recorded_rules))
     symbols = SymbolTable()
     frames, stacks = symbols.frames, symbols.stacks
     names: dict[int, str] = {}
