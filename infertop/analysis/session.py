@@ -157,8 +157,8 @@ class Session:
                 self.threads[tid] = name
                 if pid:
                     self.thread_pid[tid] = pid
-            fids = tuple(self.symbols.frame_id(f, new) for f in frames)  # type: ignore[arg-type]
-            sid = self.symbols.stack_id(fids, new)  # type: ignore[arg-type]
+            fids = tuple(self.symbols.frame_id(f, new) for f in frames)
+            sid = self.symbols.stack_id(fids, new)
             counts[(tid, sid)] = counts.get((tid, sid), 0) + n
         new.append(
             SampleWindow(
@@ -179,8 +179,8 @@ class Session:
         new: list[Event] = []
         rows = []
         for tid, t, frames in raw.samples:
-            fids = tuple(self.symbols.frame_id(f, new) for f in frames)  # type: ignore[arg-type]
-            rows.append((tid, t, self.symbols.stack_id(fids, new)))  # type: ignore[arg-type]
+            fids = tuple(self.symbols.frame_id(f, new) for f in frames)
+            rows.append((tid, t, self.symbols.stack_id(fids, new)))
         new.append(CallSamples(raw.rate_hz, tuple(rows), raw.gil_waits, raw.pid))
         return new
 

@@ -199,7 +199,7 @@ def stage_tail(
     durations = sorted((sp.t_end - sp.t_start) * 1000.0 for sp in calls)
     p50 = percentile(durations, 50)
     given = threshold_ms is not None
-    threshold = float(threshold_ms) if given else percentile(durations, 99)  # type: ignore[arg-type]
+    threshold = float(threshold_ms) if threshold_ms is not None else percentile(durations, 99)
     slow = [sp for sp in calls if (sp.t_end - sp.t_start) * 1000.0 >= threshold]
     typical = [sp for sp in calls if (sp.t_end - sp.t_start) * 1000.0 <= p50]
     slow_stacks = _sampled(slow, inputs.samples)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from infertop.model.events import Frame, FrameDef, StackDef
+from infertop.model.events import Event, Frame, FrameDef, StackDef
 
 
 class SymbolTable:
@@ -14,7 +14,7 @@ class SymbolTable:
         self._frame_ids: dict[Frame, int] = {}
         self._stack_ids: dict[tuple[int, ...], int] = {}
 
-    def frame_id(self, frame: Frame, new: list[object]) -> int:
+    def frame_id(self, frame: Frame, new: list[Event]) -> int:
         fid = self._frame_ids.get(frame)
         if fid is None:
             fid = len(self.frames)
@@ -23,7 +23,7 @@ class SymbolTable:
             new.append(FrameDef(fid, frame))
         return fid
 
-    def stack_id(self, frames: tuple[int, ...], new: list[object]) -> int:
+    def stack_id(self, frames: tuple[int, ...], new: list[Event]) -> int:
         sid = self._stack_ids.get(frames)
         if sid is None:
             sid = len(self.stacks)

@@ -110,7 +110,7 @@ def rank_events(
     t0 = min(w[0].t_start for *_, w in read)
     t1 = max(max(x.t_end for x in w) for *_, w in read)
     for k, (f, r, wins) in enumerate(read):
-        rank = k if by_file else int(r.rank)  # type: ignore[arg-type]
+        rank = k if by_file or r.rank is None else r.rank
         own, main = r.pid, r.main_tid
         pid = pids.take(own if own is not None else 0)
         defs.append(ProcessDef(pid, 0, rank_label(rank, f)))

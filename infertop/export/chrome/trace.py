@@ -82,7 +82,7 @@ def write_trace_events(
     lane_tid: dict[tuple[int, int, int], int] = {}
     track_of = np.zeros(len(trace), dtype=np.int64)
     launch_at: dict[int, tuple[int, int, int]] = {}  # correlation -> (pid, track, ts)
-    lanes: StartOrderedLanes | None = None
+    lanes = StartOrderedLanes(max_lanes=64)  # each thread's own from its first event on
     current: tuple[int, int] | None = None
     dropped = 0
     pids, tids, corr = trace.pid, trace.tid, trace.correlation
@@ -93,7 +93,7 @@ def write_trace_events(
             lanes = StartOrderedLanes(max_lanes=64)
             tids_used.setdefault(pid, set()).add(tid)
         s, e = int(start[i]), int(end[i])
-        lane = lanes.place(s, e)  # type: ignore[union-attr]
+        lane = lanes.place(s, e)
         if lane is None:
             dropped += 1
             track_of[i] = -1

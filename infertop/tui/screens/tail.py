@@ -173,8 +173,8 @@ class TailScreen(ModalScreen[None]):
         shown = tail is not None and sampled
         for widget in (flame, self.query_one("#tail-flame-header"), self.query_one("#tail-detail")):
             widget.display = shown
-        if shown and snap is not None and snap.ui.tail_view is not None:
-            flame.show_tail(snap, snap.ui.tail_view.flames.get(tail.stage))  # type: ignore[union-attr]
+        if tail is not None and sampled and snap is not None and snap.ui.tail_view is not None:
+            flame.show_tail(snap, snap.ui.tail_view.flames.get(tail.stage))
         self._update_flame_lines()
 
     def _update_flame_lines(self) -> None:
