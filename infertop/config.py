@@ -319,6 +319,13 @@ class FindingThresholds:
     kv_headroom_share: float = 0.8
     fragmentation_share: float = 0.30
     fragmentation_min_bytes: int = 1 << 30
+    #: memory-growth: a process's RSS past warm-up rises along a line (R² ≥ this) ...
+    memory_growth_r2: float = 0.8
+    memory_growth_min_s: float = 20.0  # ... over this many seconds of readings or more ...
+    memory_growth_min_bytes: int = 8 << 20  # ... by this much or more ...
+    #: ... and its last third still rises at this share of the whole rate (else it flattens:
+    #: a cache that filled)
+    memory_growth_recent_share: float = 0.5
     straggler_slower: float = 0.10  # a process's step work ≥ 10 % above the others' median ...
     straggler_steps_share: float = 0.5  # ... in more than half of the steps compared
     straggler_min_steps: int = 2  # steps every process has, to compare at all

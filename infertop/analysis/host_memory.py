@@ -4,14 +4,20 @@ cgroup's limit, usage and OOM kills — the report's ``memory`` section and the 
 
 Pure functions. The growth rate is the least-squares slope of RSS over time, fitted to the
 readings after warm-up (the first quarter of the process's readings' span, at most a minute),
-with R² as its confidence; fewer than 5 readings or 5 seconds after warm-up: no rate.
+with R² as its confidence; fewer than 5 readings or 5 seconds after warm-up: no rate. The same
+slope over the last third of those readings tells a steady leak (still growing at the end) from
+a cache that filled and stays flat (``memory-growth``, analysis/findings/memory.py); divided by
+the process's timed calls per second over the fit (its requests where requests are named,
+else its forward calls) it is the growth per call.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from infertop.model.events import StageSpan
 from infertop.model.host_memory import CgroupMemory, HostMemoryReading
 
 #: past a live session's horizon, one reading per process is kept per this many seconds
@@ -22,6 +28,9 @@ WARMUP_MAX_S = 60.0
 MIN_FIT_READINGS = 5
 MIN_FIT_S = 5.0
 RECENT_S = 5.0  # the panel's "now" for rates
+RECENT_SHARE = 1 / 3  # the end of the fit whose own slope says whether it still grows
+MIN_RECENT_READINGS = 3
+MIN_CALLS = 10  # timed calls in the fit, for a growth per call
 
 
 def thin(readings: Sequence[HostMemoryReading], every_s: float = THIN_S) -> list[HostMemoryReading]:
@@ -59,6 +68,23 @@ class ProcessMemory:
     growth_r2: float | None
     cgroup: CgroupMemory | None  # the newest reading's
     oom_kills_during: int | None  # the cgroup's OOM kills between its first and newest reading
+    #: the fit's readings: from the end of warm-up to the newest (None: no fit)
+    growth_t0: float | None = None
+    growth_t1: float | None = None
+    #: the slope over the fit's last third (None: too few readings there)
+    growth_recent_bytes_per_s: float | None = None
+    #: the growth per timed call over the fit, and of which calls ("request" or "forward");
+    #: None: fewer than MIN_CALLS calls in it, or no growth rate
+    growth_per_call_bytes: float | None = None
+    growth_calls: int | None = None
+    growth_call_kind: str | None = None
+
+    @property
+    def growth_s(self) -> float | None:
+        """How long the growth was measured over (past warm-up)."""
+        if self.growth_t0 is None or self.growth_t1 is None:
+            return None
+        return self.growth_t1 - self.growth_t0
 
     @property
     def headroom(self) -> int | None:
@@ -86,15 +112,46 @@ def _rate(a: int | None, b: int | None, dt: float) -> float | None:
     return max(0, b - a) / dt
 
 
-def fit_growth(points: Sequence[tuple[float, int]]) -> tuple[float, float] | None:
-    """(slope in bytes/s, R²) of RSS over time past warm-up; None: too few points."""
+@dataclass(frozen=True, slots=True)
+class GrowthFit:
+    slope: float  # bytes/s
+    r2: float
+    t0: float  # the first and last reading fitted
+    t1: float
+    recent_slope: float | None  # over the last RECENT_SHARE of [t0, t1]; None: too few readings
+
+
+def growth_fit(points: Sequence[tuple[float, int]]) -> GrowthFit | None:
+    """RSS over time past warm-up, fitted: its slope, R², span and recent slope; None: too few
+    points."""
     if not points:
         return None
     t0, t1 = points[0][0], points[-1][0]
     start = t0 + min(WARMUP_MAX_S, WARMUP_SHARE * (t1 - t0))
-    fit = [(t - start, float(v)) for t, v in points if t >= start]
+    fit = [(t, float(v)) for t, v in points if t >= start]
     if len(fit) < MIN_FIT_READINGS or fit[-1][0] - fit[0][0] < MIN_FIT_S:
         return None
+    whole = _least_squares(fit)
+    if whole is None:
+        return None
+    a, b = fit[0][0], fit[-1][0]
+    tail = [(t, v) for t, v in fit if t >= b - RECENT_SHARE * (b - a)]
+    recent = _least_squares(tail) if len(tail) >= MIN_RECENT_READINGS else None
+    return GrowthFit(whole[0], whole[1], a, b, None if recent is None else recent[0])
+
+
+def fit_growth(points: Sequence[tuple[float, int]]) -> tuple[float, float] | None:
+    """(slope in bytes/s, R²) of RSS over time past warm-up; None: too few points."""
+    g = growth_fit(points)
+    return None if g is None else (g.slope, g.r2)
+
+
+def _least_squares(points: Sequence[tuple[float, float]]) -> tuple[float, float] | None:
+    """(slope, R²) of the line through ``points``; None: one instant."""
+    if not points:
+        return None
+    base = points[0][0]
+    fit = [(t - base, v) for t, v in points]
     n = len(fit)
     mt = sum(t for t, _ in fit) / n
     mv = sum(v for _, v in fit) / n
@@ -108,12 +165,59 @@ def fit_growth(points: Sequence[tuple[float, int]]) -> tuple[float, float] | Non
     return slope, r2
 
 
-def _process(pid: int, rs: list[HostMemoryReading]) -> ProcessMemory:
+#: a process's timed calls: which ("request" or "forward") and their ends, in order, and
+#: since when they are known (a live session folds old spans; None: the whole session)
+CallTimes = tuple[str, Sequence[float], float | None]
+
+
+def call_times(
+    spans: Iterable[StageSpan], pid_of: Callable[[int], int], since: float | None = None
+) -> dict[int, CallTimes]:
+    """Each process's timed calls among ``spans``: its requests (``infertop.stage(...,
+    request=ID)``, each at its last span's end) where it has any, else its ``forward`` calls.
+    ``pid_of``: a span's thread's process; ``since``: the spans are those since then (older
+    ones were folded)."""
+    forward: dict[int, list[float]] = {}
+    requests: dict[int, dict[str, float]] = {}
+    for sp in spans:
+        pid = pid_of(sp.tid)
+        if sp.request is not None:
+            got = requests.setdefault(pid, {})
+            got[sp.request] = max(got.get(sp.request, sp.t_end), sp.t_end)
+        elif sp.stage == "forward":
+            forward.setdefault(pid, []).append(sp.t_end)
+    out: dict[int, CallTimes] = {}
+    for pid, ends in forward.items():
+        out[pid] = ("forward", sorted(ends), since)
+    for pid, by_id in requests.items():
+        out[pid] = ("request", sorted(by_id.values()), since)
+    return out
+
+
+def _per_call(
+    fit: GrowthFit, calls: CallTimes | None
+) -> tuple[float | None, int | None, str | None]:
+    """(bytes per call, calls, kind) over the fit's span: the slope over the calls per second."""
+    if calls is None:
+        return None, None, None
+    kind, ends, since = calls
+    a = fit.t0 if since is None else max(fit.t0, since)
+    lo, hi = bisect_left(ends, a), bisect_right(ends, fit.t1)
+    n = hi - lo
+    if n < MIN_CALLS or fit.t1 <= a:
+        return None, None, None
+    return fit.slope / (n / (fit.t1 - a)), n, kind
+
+
+def _process(
+    pid: int, rs: list[HostMemoryReading], calls: CallTimes | None = None
+) -> ProcessMemory:
     with_rss = [r for r in rs if r.rss is not None]
     first, last = rs[0], rs[-1]
     dt = last.t - first.t
     recent = [r for r in rs if r.t >= last.t - RECENT_S]
-    fit = fit_growth([(r.t, r.rss) for r in with_rss])  # type: ignore[misc]
+    fit = growth_fit([(r.t, r.rss) for r in with_rss])  # type: ignore[misc]
+    per_call, n_calls, call_kind = (None, None, None) if fit is None else _per_call(fit, calls)
     swaps = [r.swap for r in rs if r.swap is not None]
     kills = [
         r.cgroup.oom_kills for r in rs if r.cgroup is not None and r.cgroup.oom_kills is not None
@@ -135,19 +239,35 @@ def _process(pid: int, rs: list[HostMemoryReading]) -> ProcessMemory:
         recent_major_faults_per_s=_rate(
             recent[0].major_faults, recent[-1].major_faults, recent[-1].t - recent[0].t
         ),
-        growth_bytes_per_s=None if fit is None else fit[0],
-        growth_r2=None if fit is None else fit[1],
+        growth_bytes_per_s=None if fit is None else fit.slope,
+        growth_r2=None if fit is None else fit.r2,
         cgroup=last.cgroup,
         oom_kills_during=max(0, kills[-1] - kills[0]) if kills else None,
+        growth_t0=None if fit is None else fit.t0,
+        growth_t1=None if fit is None else fit.t1,
+        growth_recent_bytes_per_s=None if fit is None else fit.recent_slope,
+        growth_per_call_bytes=per_call,
+        growth_calls=n_calls,
+        growth_call_kind=call_kind,
     )
 
 
-def summarize_host_memory(readings: Sequence[HostMemoryReading]) -> HostMemorySummary | None:
-    """Each process's memory over ``readings``; None when no reading has an RSS."""
+def summarize_host_memory(
+    readings: Sequence[HostMemoryReading],
+    calls: Mapping[int, CallTimes] | Callable[[], Mapping[int, CallTimes]] | None = None,
+) -> HostMemorySummary | None:
+    """Each process's memory over ``readings``; None when no reading has an RSS. ``calls``:
+    each process's timed calls (``call_times``), for its growth per call; a function is called
+    only where some process's growth was fitted."""
     by_pid: dict[int, list[HostMemoryReading]] = {}
     for r in readings:
         by_pid.setdefault(r.pid, []).append(r)
     procs = tuple(
         _process(pid, rs) for pid, rs in by_pid.items() if any(r.rss is not None for r in rs)
     )
+    if calls is not None and any(p.growth_t0 is not None for p in procs):
+        got = calls() if callable(calls) else calls
+        procs = tuple(
+            _process(p.pid, by_pid[p.pid], got.get(p.pid)) if p.pid in got else p for p in procs
+        )
     return HostMemorySummary(procs) if procs else None

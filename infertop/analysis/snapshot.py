@@ -15,7 +15,12 @@ from infertop.analysis.flame import FlameNode, TopFrame, build_flame, top_frames
 from infertop.analysis.fold import FlameShape, ShaperCache
 from infertop.analysis.generation import GenerationSummary, summarize_generations
 from infertop.analysis.gpu_series import GpuAccumulator, GpuView, gpu_view, memory_summary
-from infertop.analysis.host_memory import HostMemorySummary, summarize_host_memory
+from infertop.analysis.host_memory import (
+    CallTimes,
+    HostMemorySummary,
+    call_times,
+    summarize_host_memory,
+)
 from infertop.analysis.ops import (
     GpuWork,
     OpAccumulator,
@@ -263,6 +268,20 @@ def _pause_history(
     return pause_history(gc, lags, windows, keep)
 
 
+def _host_memory(
+    session: Session, t: float | None, spans: list[StageSpan]
+) -> HostMemorySummary | None:
+    """Each process's host memory up to ``t``, with its growth per timed call (``spans``: the
+    stage spans kept; a live session folds older ones, whose calls are not counted)."""
+    target = session.target.pid or 0
+
+    def calls() -> dict[int, CallTimes]:
+        since = min((sp.t_start for sp in spans), default=None) if session.folded_spans else None
+        return call_times(spans, lambda tid: session.thread_pid.get(tid) or target, since)
+
+    return summarize_host_memory(session.host_memory_upto(t), calls)
+
+
 def _generation(
     session: Session, t: float | None, spans: list[StageSpan], allocator: AllocatorReading | None,
     process: int | None,
@@ -429,7 +448,7 @@ def build_snapshot(
             session.gpu_fold,
             process,
         ),
-        host_memory=summarize_host_memory(session.host_memory_upto(t)),
+        host_memory=_host_memory(session, t, kept),
         processes=labels,
         processes_exited=tuple(exit_times(session, t)) if session.processes else (),
         process=process,

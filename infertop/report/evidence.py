@@ -30,8 +30,12 @@ def evidence_value(key: str, value: Any, siblings: dict[str, Any] | None = None)
         return f"{100 * value:.1f}%"
     if key.endswith("_us"):
         return f"{value / 1000:,.2f} ms" if value >= 1000 else f"{value:,.1f} µs"
-    if key in _BYTES:
-        return f"{value / 2**20:,.1f} MiB" if value >= 2**20 else f"{value:,} B"
+    if key.endswith("_bytes_per_s"):
+        return f"{value / 2**20:,.2f} MiB/s" if abs(value) >= 2**20 else f"{value / 1024:,.1f} KiB/s"
+    if key in _BYTES or key.endswith("_bytes"):
+        if abs(value) >= 2**20:
+            return f"{value / 2**20:,.1f} MiB"
+        return f"{value:,} B" if isinstance(value, int) else f"{value:,.1f} B"
     return f"{value:,}" if isinstance(value, int) else f"{value:,.4g}"
 
 

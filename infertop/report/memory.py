@@ -2,8 +2,8 @@
 from ``/proc`` and its memory cgroup (``analysis/host_memory.py``), and its lines in the text
 report.
 
-What other parts of the memory work will fill (bytes per call, torch's memory by stage, the
-allocation sites that grow) is ``null`` / empty here until they are measured.
+What other parts of the memory work will fill (torch's memory by stage, the allocation sites
+that grow) is ``null`` / empty here until they are measured.
 """
 
 from __future__ import annotations
@@ -28,7 +28,9 @@ def _process(p: ProcessMemory) -> dict[str, Any]:
         "minor_faults_per_s": _r(p.minor_faults_per_s, 1),
         "growth_bytes_per_s": _r(p.growth_bytes_per_s, 1),
         "growth_r2": _r(p.growth_r2),
-        "growth_per_call_bytes": None,
+        "growth_per_call_bytes": _r(p.growth_per_call_bytes, 1),
+        "growth_per_call_of": p.growth_call_kind if p.growth_per_call_bytes is not None else None,
+        "growth_s": _r(p.growth_s, 1),
         "limit_bytes": None if cg is None else cg.limit,
         "usage_bytes": None if cg is None else cg.usage,
         "oom_kills": p.oom_kills_during,
@@ -73,6 +75,8 @@ def memory_lines(rep: dict[str, Any]) -> list[str]:
         )
         if p.get("growth_bytes_per_s") is not None:
             line += f", growing {size(p['growth_bytes_per_s'])}/s past warm-up"
+            if p.get("growth_per_call_bytes") is not None:
+                line += f" ({size(p['growth_per_call_bytes'])} per {p['growth_per_call_of']})"
         if p.get("swap_bytes"):
             line += f", swap {size(p['swap_bytes'])}"
         if p.get("major_faults_per_s"):

@@ -1,12 +1,17 @@
-"""The memory rules: the device's memory near its end, the allocator's slack, and the KV cache's
-headroom (docs/findings.md). Registered in ``rules.RULES`` after the rules of ``rules.py``
-(the package imports this module)."""
+"""The memory rules: the device's memory near its end, the allocator's slack, the KV cache's
+headroom, and a process's host memory growing past warm-up (docs/findings.md). Registered in
+``rules.RULES`` after the rules of ``rules.py`` (the package imports this module)."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from infertop.analysis.findings.rules import FindingInput, _severity, rule
 from infertop.config import FindingThresholds
 from infertop.model.findings import Finding
+
+if TYPE_CHECKING:
+    from infertop.analysis.host_memory import ProcessMemory
 
 
 @rule("gpu-memory-pressure")
@@ -109,4 +114,102 @@ def kv_cache_headroom(inp: FindingInput, th: FindingThresholds) -> Finding | Non
         "cap the batch size or the sequence length (max_new_tokens, truncation) so that batch x "
         "length x bytes per token fits, or use a paged or quantised cache (a static cache sized "
         "up front, QuantizedCache, or a server with paged attention); see gpu-memory-pressure",
+    )
+
+
+#: memory-growth's severity: medium from this rate, high from the next or where the memory
+#: cgroup's limit is an hour away at the rate (or its OOM killer struck during the session)
+GROWTH_MEDIUM_PER_H = 1 << 30
+GROWTH_HIGH_PER_H = 8 << 30
+GROWTH_LIMIT_HIGH_S = 3600.0
+
+
+def _size(n: float) -> str:
+    if abs(n) >= 2**30:
+        return f"{n / 2**30:.2f} GiB"
+    if abs(n) >= 2**20:
+        return f"{n / 2**20:.1f} MiB"
+    return f"{n / 1024:.1f} KiB"
+
+
+def _duration(s: float) -> str:
+    if s >= 5400:
+        return f"{s / 3600:.1f} h"
+    if s >= 90:
+        return f"{s / 60:.0f} min"
+    return f"{s:.0f} s"
+
+
+def steady_growth(p: ProcessMemory, th: FindingThresholds) -> bool:
+    """The process's RSS rises along a line past warm-up (R², long enough, by enough) and
+    still rises at its end: neither warm-up, noise, nor a cache that filled and stays flat."""
+    rate, r2, span, recent = p.growth_bytes_per_s, p.growth_r2, p.growth_s, p.growth_recent_bytes_per_s
+    if rate is None or r2 is None or span is None or recent is None or rate <= 0:
+        return False
+    return (
+        span >= th.memory_growth_min_s
+        and rate * span >= th.memory_growth_min_bytes
+        and r2 >= th.memory_growth_r2
+        and recent >= th.memory_growth_recent_share * rate
+    )
+
+
+@rule("memory-growth")
+def memory_growth(inp: FindingInput, th: FindingThresholds) -> Finding | None:
+    """A process's host memory grows steadily past warm-up: a leak, or a cache without a
+    bound. The fastest-growing such process; the others are named in the evidence."""
+    growing = sorted(
+        (p for p in inp.host_memory if steady_growth(p, th)),
+        key=lambda p: -(p.growth_bytes_per_s or 0.0),
+    )
+    if not growing:
+        return None
+    p = growing[0]
+    rate, span = p.growth_bytes_per_s or 0.0, p.growth_s or 0.0
+    recent = p.growth_recent_bytes_per_s or 0.0
+    to_limit = p.headroom / rate if p.headroom is not None else None
+    per_h = rate * 3600
+    sev = _severity(per_h, GROWTH_MEDIUM_PER_H, GROWTH_HIGH_PER_H)
+    if (to_limit is not None and to_limit <= GROWTH_LIMIT_HIGH_S) or p.oom_kills_during:
+        sev = "high"
+    who = f"pid {p.pid}'s" if inp.host_memory_pids else "the process's"
+    title = (
+        f"{who} memory (RSS) grows {_size(rate)}/s ({_size(per_h)}/h) steadily for "
+        f"{span:.0f} s past warm-up (R² {p.growth_r2 or 0.0:.2f})"
+    )
+    if p.growth_per_call_bytes is not None and p.growth_call_kind is not None:
+        title += f", {_size(p.growth_per_call_bytes)} per {p.growth_call_kind}"
+    if to_limit is not None:
+        title += f"; its memory cgroup's limit is {_duration(max(0.0, to_limit))} away at this rate"
+    warmup = (p.growth_t0 or p.t_first) - p.t_first
+    return Finding(
+        "memory-growth",
+        sev,
+        title,
+        {
+            "pid": p.pid,
+            "growth_bytes_per_s": round(rate, 1),
+            "over_s": round(span, 1),
+            "r2": round(p.growth_r2 or 0.0, 4),
+            "recent_bytes_per_s": round(recent, 1),
+            "recent_share": round(recent / rate, 3),
+            "warmup_s": round(warmup, 1),
+            "grown_bytes": int(rate * span),
+            "rss_bytes": p.rss_last,
+            "per_call_bytes": None if p.growth_per_call_bytes is None else round(p.growth_per_call_bytes, 1),
+            "calls": p.growth_calls,
+            "call": p.growth_call_kind,
+            "limit_bytes": p.cgroup.limit if p.cgroup is not None else None,
+            "headroom_bytes": p.headroom,
+            "to_limit_s": None if to_limit is None else round(max(0.0, to_limit), 1),
+            "oom_kills": p.oom_kills_during,
+            "also_growing": [q.pid for q in growing[1:]],
+        },  # fmt: skip
+        (),
+        "something keeps memory per request or per call: look for caches without a bound "
+        "(functools.lru_cache(maxsize=None), dicts keyed by request or prompt), lists that "
+        "collect outputs, logs or tensors, and tensors kept with their autograd graph (run "
+        "inference under torch.inference_mode()); bound them, and compare two "
+        "tracemalloc.take_snapshot()s a minute apart to find the growing line",
+        pid=p.pid if inp.host_memory_pids else None,
     )

@@ -23,6 +23,7 @@ from infertop.trace.gpu import GpuSummary, quantile
 if TYPE_CHECKING:  # types only: a trace report need not load the NVML series module
     from infertop.analysis.generation import GenerationSummary
     from infertop.analysis.gpu_series import NvmlBusy
+    from infertop.analysis.host_memory import ProcessMemory
     from infertop.analysis.pauses import GcSummary, LoopLagSummary
 
 #: the ops whose self time ``copy-heavy`` counts: data copies (the agent's wider ``COPY_OPS``,
@@ -69,6 +70,10 @@ class FindingInput:
     host_syncs: dict[str, tuple[int, float]] = field(default_factory=dict)  # name -> (count, µs)
     sync_sites: tuple[str, ...] = ()
     memory: MemoryState | None = None
+    #: each process's host memory (/proc and its cgroup: analysis/host_memory.py); with
+    #: ``host_memory_pids`` the session has several and a finding names its process
+    host_memory: tuple[ProcessMemory, ...] = ()
+    host_memory_pids: bool = False
     nvml: NvmlBusy | None = None  # NVML utilisation of the target's GPUs (no profiler needed)
     gc: GcSummary | None = None  # the agent's GC pauses
     event_loop: LoopLagSummary | None = None  # the agent's heartbeats on asyncio loops

@@ -13,6 +13,7 @@ import numpy as np
 
 from infertop.analysis.findings.rules import FindingInput, MemoryState
 from infertop.analysis.gpu_series import NvmlBusy, memory_summary, nvml_busy
+from infertop.analysis.host_memory import ProcessMemory
 from infertop.analysis.processes.roles import has_llm_engine
 from infertop.analysis.snapshot import Snapshot
 from infertop.analysis.stages import IDLE, QUEUE, caught_waiting
@@ -75,6 +76,7 @@ def snapshot_input(snap: Snapshot) -> FindingInput:
         transfer_bytes=_transfer_bytes(snap),
         gpu=gpu,
         memory=memory,
+        **host_memory_of(snap),
         nvml=_nvml_busy(snap),
         gc=snap.pauses.gc if snap.pauses else None,
         event_loop=snap.pauses.event_loop if snap.pauses else None,
@@ -99,6 +101,24 @@ class IpcInput(TypedDict, total=False):
 
     ipc_latency_share: float
     ipc_latency_ms: tuple[float, float]
+
+
+class HostMemoryInput(TypedDict, total=False):
+    """``FindingInput``'s fields of the processes' host memory."""
+
+    host_memory: tuple[ProcessMemory, ...]
+    host_memory_pids: bool
+
+
+def host_memory_of(snap: Snapshot) -> HostMemoryInput:
+    """Each process's host memory; in the view of one process (``snap.process``), its own."""
+    hm = snap.host_memory
+    if hm is None:
+        return {}
+    procs = hm.processes
+    if snap.process is not None:
+        procs = tuple(p for p in procs if p.pid == snap.process)
+    return {"host_memory": procs, "host_memory_pids": len(procs) > 1}
 
 
 def _engine(snap: Snapshot) -> EngineInput:
