@@ -14,9 +14,9 @@ from infertop.analysis.snapshot import Snapshot
 from infertop.analysis.stages import IDLE
 from infertop.config import FindingThresholds
 from infertop.report.engine import engine_dict
-from infertop.report.generation import generation_dict
+from infertop.report.generation import generation_record
 from infertop.report.memory import memory_dict
-from infertop.report.pauses import gc_dict, loop_dict, requests_dict, tail_dict
+from infertop.report.pauses import gc_record, loop_record, requests_record, tail_record
 from infertop.report.records import (
     Gpu,
     Idle,
@@ -81,7 +81,7 @@ def build_record(
                 cpu_samples=c.samples if c is not None else 0,
                 calls=timed.calls,
                 latency_ms=None if lat is None else Latency(_r(lat.p50, 3), _r(lat.p95, 3), _r(lat.p99, 3)),
-                tail=tail_dict(tails[name]) if name in tails else None,
+                tail=tail_record(tails[name]) if name in tails else None,
                 by_batch=[
                     {"batch": b.batch, "calls": b.calls, "latency_ms_p50": _r(b.latency_ms_p50, 3)}
                     for b in snap.batches[name]
@@ -122,10 +122,10 @@ def build_record(
         ops=_ops(snap),
         profiler=Profiler(snap.torch.windows, _r(snap.torch.seconds, 3), snap.torch.truncated),
         gpu=_gpu(snap, gpu_available, reason),
-        gc=gc_dict(snap.pauses.gc if snap.pauses else None),
-        event_loop=loop_dict(snap.pauses.event_loop if snap.pauses else None),
-        requests=requests_dict(snap.requests),
-        generation=generation_dict(snap.generation),
+        gc=gc_record(snap.pauses.gc if snap.pauses else None),
+        event_loop=loop_record(snap.pauses.event_loop if snap.pauses else None),
+        requests=requests_record(snap.requests),
+        generation=generation_record(snap.generation),
         memory=memory_dict(snap.host_memory),
         engine=engine_dict(snap.engine),
         findings=[finding_record(f) for f in evaluate(snapshot_input(snap), thresholds)],

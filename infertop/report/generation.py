@@ -1,77 +1,78 @@
-"""The report's ``generation`` object (docs/report.md, docs/generation.md) and its lines in the
-text report."""
+"""The report's ``generation`` record (``report/records.py``; docs/report.md,
+docs/generation.md) and its lines in the text report."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from msgspec import UNSET
+
 from infertop.analysis.generation import GenerationSummary, Spread
 from infertop.analysis.shares import Latency
-from infertop.report.pauses import latency_dict
+from infertop.report import records
+from infertop.report.pauses import latency_record
 
 
 def _r(x: float, nd: int = 3) -> float:
     return round(float(x), nd)
 
 
-def _lat(lat: Latency | None) -> dict[str, float] | None:
-    return None if lat is None else latency_dict(lat)
+def _opt(x: float | None) -> float | None:
+    return None if x is None else _r(x)
 
 
-def _spread(s: Spread | None, mean: bool = False) -> dict[str, float] | None:
+def _lat(lat: Latency | None) -> records.Latency | None:
+    return None if lat is None else latency_record(lat)
+
+
+def _spread(s: Spread | None, mean: bool = False) -> records.Spread | None:
     if s is None:
         return None
-    out = {"p50": _r(s.p50, 2), "max": _r(s.max, 2)}
-    return {**out, "mean": _r(s.mean, 3)} if mean else out
+    return records.Spread(_r(s.p50, 2), _r(s.max, 2), _r(s.mean, 3) if mean else UNSET)
 
 
-def generation_dict(g: GenerationSummary | None) -> dict[str, Any] | None:
+def generation_record(g: GenerationSummary | None) -> records.Generation | None:
     if g is None:
         return None
     kv = g.kv_cache
-    return {
-        "calls": g.calls,
-        "ttft_ms": _lat(g.ttft_ms),
-        "tpot_ms": _lat(g.tpot_ms),
-        "tokens_per_s": None if g.tokens_per_s is None else _r(g.tokens_per_s, 2),
-        "new_tokens": _spread(g.new_tokens),
-        "prompt_tokens": _spread(g.prompt_tokens),
-        "batch_size": _spread(g.batch_size, mean=True),
-        "kv_cache": None
+    return records.Generation(
+        calls=g.calls,
+        ttft_ms=_lat(g.ttft_ms),
+        tpot_ms=_lat(g.tpot_ms),
+        tokens_per_s=None if g.tokens_per_s is None else _r(g.tokens_per_s, 2),
+        new_tokens=_spread(g.new_tokens),
+        prompt_tokens=_spread(g.prompt_tokens),
+        batch_size=_spread(g.batch_size, mean=True),
+        kv_cache=None
         if kv is None
-        else {
-            "bytes_p50": kv.bytes_p50,
-            "bytes_max": kv.bytes_max,
-            "bytes_per_token": None if kv.bytes_per_token is None else _r(kv.bytes_per_token, 1),
-            "device": kv.device,
-            "headroom_bytes": kv.headroom_bytes,
-        },
-        "latency_ms": _lat(g.latency_ms),
-        "by_batch": [
-            {
-                "batch": b.batch,
-                "calls": b.calls,
-                "latency_ms_p50": _r(b.latency_ms_p50),
-                "ttft_ms_p50": None if b.ttft_ms_p50 is None else _r(b.ttft_ms_p50),
-                "tpot_ms_p50": None if b.tpot_ms_p50 is None else _r(b.tpot_ms_p50),
-            }
+        else records.KvCache(
+            bytes_p50=kv.bytes_p50,
+            bytes_max=kv.bytes_max,
+            bytes_per_token=None if kv.bytes_per_token is None else _r(kv.bytes_per_token, 1),
+            device=kv.device,
+            headroom_bytes=kv.headroom_bytes,
+        ),
+        latency_ms=_lat(g.latency_ms),
+        by_batch=[
+            records.GenerationBatch(b.batch, b.calls, _r(b.latency_ms_p50), _opt(b.ttft_ms_p50),
+                                    _opt(b.tpot_ms_p50))
             for b in g.by_batch
         ],  # fmt: skip
-        "slowest": [
-            {
-                "t": _r(c.t, 6),
-                "duration_ms": _r(c.duration_ms),
-                "queue_ms": None if c.queue_ms is None else _r(c.queue_ms),
-                "prefill_ms": None if c.prefill_ms is None else _r(c.prefill_ms),
-                "decode_ms": None if c.decode_ms is None else _r(c.decode_ms),
-                "batch": c.batch,
-                "prompt_tokens": c.prompt_tokens,
-                "new_tokens": c.new_tokens,
-                "why": c.why or None,
-            }
+        slowest=[
+            records.SlowGeneration(
+                t=_r(c.t, 6),
+                duration_ms=_r(c.duration_ms),
+                queue_ms=_opt(c.queue_ms),
+                prefill_ms=_opt(c.prefill_ms),
+                decode_ms=_opt(c.decode_ms),
+                batch=c.batch,
+                prompt_tokens=c.prompt_tokens,
+                new_tokens=c.new_tokens,
+                why=c.why or None,
+            )
             for c in g.slowest
-        ],  # fmt: skip
-    }
+        ],
+    )
 
 
 def mib(n: float) -> str:

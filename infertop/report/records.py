@@ -4,10 +4,11 @@
 ``Report`` is a recording's report (also a rank directory's, imported in memory), ``TraceReport``
 one torch.profiler trace's. Their JSON is ``as_json(record)``: the fields in the order they are
 declared, a field left ``UNSET`` absent (a section only some reports have: a trace's ``rank``, a
-recording's ``incidents``). The deeper sections whose shape docs/report.md gives field by field
-— ``gc``, ``event_loop``, ``requests``, ``generation``, a stage's ``tail``, ``processes``, ``gpu.memory`` and
-``gpu.utilization`` — are plain JSON values built by their own modules (``report/pauses.py``,
-``report/processes.py``, ``analysis/gpu_series.py``).
+recording's ``incidents``). The sections are records too, built by their own modules (a stage's
+``tail``, ``gc``, ``event_loop`` and ``requests`` by ``report/pauses.py``, ``generation`` by
+``report/generation.py``); ``processes``, ``memory``, ``engine``, ``gpu.memory`` and
+``gpu.utilization`` are still plain JSON values (``report/processes.py``, ``report/memory.py``,
+``report/engine.py``, ``analysis/gpu_series.py``).
 """
 
 from __future__ import annotations
@@ -49,6 +50,165 @@ class Latency(Struct):
     p99: float
 
 
+class P50P99(Struct):
+    p50: float
+    p99: float
+
+
+# -- a stage's ``tail`` (report/pauses.py; docs/report.md, docs/stages.md "The tail") ---------
+class TailSamples(Struct):
+    slow: int
+    typical: int
+
+
+class TailFrame(Struct):
+    """A frame more often in the slow calls' samples than in the typical calls'."""
+
+    name: str
+    file: str
+    line: int
+    slow_share: float
+    typical_share: float
+
+
+class TailStage(Struct):
+    slow_share: float
+    typical_share: float
+
+
+class SlowSpan(Struct):
+    t: float  # unix s
+    duration_ms: float
+    thread: int
+
+
+class Tail(Struct):
+    threshold_ms: float
+    threshold: str  # "p99" | "given" (--slow)
+    calls: int
+    slow_calls: int
+    typical_calls: int
+    samples: TailSamples
+    frames: list[TailFrame]
+    #: shares of the slow calls' time that overlapped each (None: not measured)
+    overlaps: dict[str, float | None]
+    stages: dict[str, TailStage]
+    slowest: list[SlowSpan]
+
+
+# -- ``gc`` and ``event_loop`` (report/pauses.py) ---------------------------------------------
+class GcGeneration(Struct):
+    generation: int
+    count: int
+    total_ms: float
+    p50_ms: float
+    p99_ms: float
+    max_ms: float
+
+
+class Gc(Struct):
+    #: collections: "total", then one key per generation seen ("0", "1", "2"; a full
+    #: collection is "2")
+    count: dict[str, int]
+    total_s: float
+    share: float
+    collected: int
+    max_ms: float
+    long_pause_calls: float | None
+    generations: list[GcGeneration]
+
+
+class LagMs(Struct):
+    p50: float
+    p99: float
+    max: float
+
+
+class EventLoop(Struct):
+    loops: int
+    beats: int
+    lag_ms: LagMs
+
+
+# -- ``requests`` (report/pauses.py) ----------------------------------------------------------
+class Route(Struct):
+    route: str
+    count: int
+    latency_ms: Latency
+
+
+class RequestStage(Struct):
+    share: float
+    slowest_share: float
+
+
+class SlowRequest(Struct):
+    id: str
+    t: float  # unix s
+    duration_ms: float
+    stages: dict[str, float]  # ms of each stage in it
+
+
+class Requests(Struct):
+    count: int
+    per_s: float | None
+    latency_ms: Latency
+    by_route: list[Route]
+    stages: dict[str, RequestStage]
+    joined: str  # "id" | "time" | "none"
+    breakdown_ms: dict[str, P50P99]
+    slowest: list[SlowRequest]
+
+
+# -- ``generation`` (report/generation.py; docs/generation.md) --------------------------------
+class Spread(Struct):
+    p50: float
+    max: float
+    mean: float | UnsetType = UNSET  # batch sizes only
+
+
+class KvCache(Struct):
+    bytes_p50: int
+    bytes_max: int
+    bytes_per_token: float | None
+    device: str
+    headroom_bytes: int | None
+
+
+class GenerationBatch(Struct):
+    batch: int
+    calls: int
+    latency_ms_p50: float
+    ttft_ms_p50: float | None
+    tpot_ms_p50: float | None
+
+
+class SlowGeneration(Struct):
+    t: float  # unix s
+    duration_ms: float
+    queue_ms: float | None
+    prefill_ms: float | None
+    decode_ms: float | None
+    batch: int | None
+    prompt_tokens: int | None
+    new_tokens: int | None
+    why: str | None  # "queue" | "prefill" | "decode"; None: no part stands out
+
+
+class Generation(Struct):
+    calls: int
+    ttft_ms: Latency | None
+    tpot_ms: Latency | None
+    tokens_per_s: float | None
+    new_tokens: Spread | None
+    prompt_tokens: Spread | None
+    batch_size: Spread | None
+    kv_cache: KvCache | None
+    latency_ms: Latency | None
+    by_batch: list[GenerationBatch]
+    slowest: list[SlowGeneration]
+
+
 class Stage(Struct):
     name: str
     share: float  # of wall time (the CPU view's when the recording has no wall windows)
@@ -58,7 +218,7 @@ class Stage(Struct):
     cpu_samples: int
     calls: int | None
     latency_ms: Latency | None
-    tail: Json | None
+    tail: Tail | None
     #: the stage's calls by batch size, where the agent saw batch sizes (forward calls):
     #: [{"batch", "calls", "latency_ms_p50"}]; absent otherwise
     by_batch: list[Json] | UnsetType = UNSET
@@ -186,10 +346,10 @@ class Report(Struct):
     ops: list[Op]
     profiler: Profiler
     gpu: Gpu
-    gc: Json | None
-    event_loop: Json | None
-    requests: Json | None
-    generation: Json | None  # the agent's generation calls (report/generation.py)
+    gc: Gc | None
+    event_loop: EventLoop | None
+    requests: Requests | None
+    generation: Generation | None  # the agent's generation calls (report/generation.py)
     memory: Json | None  # each process's host memory (report/memory.py); None: nothing read
     engine: Json | None  # an LLM engine's steps (report/engine.py); None: no engine followed
     findings: list[Finding]
@@ -227,11 +387,9 @@ class TraceDirReport(Struct):
     ranks: list[TraceReport]
 
 
-AnyRecord = Report | TraceReport | TraceDirReport | Finding
-
-
-def as_json(record: AnyRecord) -> Json:
-    """The record as JSON values (dicts, lists, numbers, strings), keys in schema order."""
+def as_json(record: Struct) -> Json:
+    """The record (a report, or one of its sections) as JSON values (dicts, lists, numbers,
+    strings), keys in schema order."""
     return msgspec.to_builtins(record)
 
 

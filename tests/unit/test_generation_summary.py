@@ -12,7 +12,8 @@ from infertop.analysis.generation import summarize_generations, tpot_ms, ttft_ms
 from infertop.collect.agent.client import convert
 from infertop.model.events import GenerationCall, StageSpan
 from infertop.record.format import decode_event, encode_event
-from infertop.report.generation import generation_dict, generation_lines
+from infertop.report.generation import generation_lines, generation_record
+from infertop.report.records import as_json
 
 
 def call(t: float, ttft: float, total: float, batch: int = 4, prompt: int = 32, new: int = 17,
@@ -31,7 +32,7 @@ def test_ttft_and_tpot_are_per_call() -> None:
 
 def test_nothing_seen_is_none_and_the_report_says_null() -> None:
     assert summarize_generations([]) is None
-    assert generation_dict(None) is None
+    assert generation_record(None) is None
     assert generation_lines({"generation": None}) == []
 
 
@@ -49,7 +50,7 @@ def test_percentiles_tokens_batches_and_cache() -> None:
     assert kv is not None and kv.bytes_max == 4000 and kv.device == "cpu"
     assert kv.bytes_per_token == pytest.approx(1000 / (32 + 17 - 1))  # per position of a sequence
     assert kv.headroom_bytes is None  # not on a GPU
-    d = generation_dict(g)
+    d = as_json(generation_record(g))
     assert list(d) == ["calls", "ttft_ms", "tpot_ms", "tokens_per_s", "new_tokens", "prompt_tokens",
                        "batch_size", "kv_cache", "latency_ms", "by_batch", "slowest"]  # fmt: skip
     assert d["kv_cache"]["bytes_max"] == 4000 and d["batch_size"] == {"p50": 2.5, "max": 4.0, "mean": 2.5}
@@ -76,7 +77,7 @@ def test_a_slow_call_says_which_part_made_it_slow() -> None:
     assert slow[145].prefill_ms == pytest.approx(95.0) and slow[145].decode_ms == pytest.approx(50.0)
     queued = next(c for c in g.slowest if c.t == 40.0)
     assert queued.queue_ms == pytest.approx(200.0) and queued.why == "queue"
-    text = "\n".join(generation_lines({"generation": generation_dict(g)}))
+    text = "\n".join(generation_lines({"generation": as_json(generation_record(g))}))
     assert "mostly decode" in text and "mostly prefill" in text
 
 
