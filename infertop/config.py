@@ -326,6 +326,11 @@ class FindingThresholds:
     #: ... and its last third still rises at this share of the whole rate (else it flattens:
     #: a cache that filled)
     memory_growth_recent_share: float = 0.5
+    #: memory-pressure: a process's memory cgroup uses this share of its limit or more ...
+    memory_pressure_limit_share: float = 0.90
+    #: ... or a stage's slow calls spent this share of their time or more while the process
+    #: took major faults (or its cgroup stalled on memory), twice the typical calls' share
+    memory_pressure_slow_share: float = 0.5
     straggler_slower: float = 0.10  # a process's step work ≥ 10 % above the others' median ...
     straggler_steps_share: float = 0.5  # ... in more than half of the steps compared
     straggler_min_steps: int = 2  # steps every process has, to compare at all

@@ -7,7 +7,13 @@ from collections.abc import Mapping
 
 from infertop.analysis.pauses import PauseSummary, summarize_pauses
 from infertop.analysis.session import Session
-from infertop.analysis.tail import IntervalSet, StageTail, TailInputs, stage_tail
+from infertop.analysis.tail import (
+    IntervalSet,
+    StageTail,
+    TailInputs,
+    memory_pressure,
+    stage_tail,
+)
 
 
 def session_pauses(
@@ -58,6 +64,7 @@ def session_tails(
         pid = session.thread_pid.get(tid, 0)
         return 0 if pid == target else pid
 
+    readings = session.host_memory_upto(t)
     inputs = TailInputs(
         samples=session.call_samples,
         frames_of=session.symbols.stack_frames,
@@ -66,6 +73,10 @@ def session_tails(
         gc={pid: IntervalSet(iv) for pid, iv in gc.items()},
         profiler={pid: IntervalSet(iv) for pid, iv in prof.items()},
         sampled=session.call_samples.n > 0,
+        # the target's readings carry its pid; its threads' spans, 0
+        memory=memory_pressure(readings, lambda pid: 0 if pid == target else pid)
+        if readings
+        else None,
     )
     names = sorted({sp.stage for sp in spans})
     out = []

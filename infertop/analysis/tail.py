@@ -8,7 +8,13 @@ the user gives); for every frame, the share of slow-call samples whose stack hol
 the same share in typical calls. Frames that only the slow calls have come first. What the slow
 calls overlapped is said too, as shares of their time: garbage collections, the GIL (the
 agent's thread kept from running for ``GIL_LATE_S`` or more: a C call that keeps the GIL, or a
-CPU too busy), waiting in a queue, host-device syncs, and infertop's own profiler windows.
+CPU too busy), waiting in a queue, host-device syncs, infertop's own profiler windows, and
+memory pressure (``memory``: the seconds between two host memory readings of the process in
+which it took major page faults, swap-ins among them, at ``FAULTING_PER_S`` or more, or its
+memory cgroup's tasks stalled on memory ``STALLED_SHARE`` of the time or more; read from
+``/proc`` and the cgroup outside the target, so no agent is needed). The typical calls' share
+of memory pressure is kept beside it (``typical_memory``): pressure that every call sees does
+not explain the slow ones.
 """
 
 from __future__ import annotations
@@ -19,8 +25,11 @@ from dataclasses import dataclass, field
 
 from infertop.analysis.shares import percentile
 from infertop.model.events import CallSamples, Frame, StageSpan
+from infertop.model.host_memory import HostMemoryReading
 
-OVERLAPS = ("gc", "gil", "queue", "sync", "profiler")
+OVERLAPS = ("gc", "gil", "queue", "sync", "profiler", "memory")
+FAULTING_PER_S = 5.0  # major faults a second between two readings: the process is faulting
+STALLED_SHARE = 0.05  # its cgroup's tasks stalled on memory this share of the time (PSI some)
 TOP_TAIL_FRAMES = 10
 SLOWEST_CALLS = 10
 
@@ -155,6 +164,9 @@ class StageTail:
     #: differential flame of the tail view
     slow_stacks: dict[int, int] = field(default_factory=dict, compare=False)
     typical_stacks: dict[int, int] = field(default_factory=dict, compare=False)
+    #: the typical calls' share of time under memory pressure (``overlaps["memory"]`` is the
+    #: slow calls'); None: no host memory read
+    typical_memory: float | None = None
 
 
 @dataclass(frozen=True)
@@ -168,6 +180,41 @@ class TailInputs:
     gc: dict[int, IntervalSet]  # collections by process
     profiler: dict[int, IntervalSet]  # infertop's torch.profiler windows by process
     sampled: bool  # the agent's call sampler ran (else frames and sample-based overlaps: None)
+    #: memory pressure by process (``memory_pressure``); None: no host memory was read
+    memory: dict[int, IntervalSet] | None = None
+
+
+def memory_pressure(
+    readings: Iterable[HostMemoryReading], key: Callable[[int], int] = lambda pid: pid
+) -> dict[int, IntervalSet]:
+    """By process (``key`` of its pid), the intervals between two of its host memory readings
+    (in order) in which it was under memory pressure: major faults at ``FAULTING_PER_S`` or
+    more, or its cgroup's PSI ``some`` at ``STALLED_SHARE`` of the interval or more."""
+    last: dict[int, HostMemoryReading] = {}
+    out: dict[int, list[tuple[float, float]]] = {}
+    for r in readings:
+        a = last.get(r.pid)
+        last[r.pid] = r
+        dt = r.t - a.t if a is not None else 0.0
+        if a is None or dt <= 0:
+            continue
+        faulting = (
+            a.major_faults is not None
+            and r.major_faults is not None
+            and r.major_faults - a.major_faults >= FAULTING_PER_S * dt
+        )
+        ca, cb = a.cgroup, r.cgroup
+        stalled = (
+            ca is not None
+            and cb is not None
+            and ca.path == cb.path
+            and ca.pressure_some_us is not None
+            and cb.pressure_some_us is not None
+            and cb.pressure_some_us - ca.pressure_some_us >= STALLED_SHARE * dt * 1e6
+        )
+        if faulting or stalled:
+            out.setdefault(key(r.pid), []).append((a.t, r.t))
+    return {pid: IntervalSet(iv) for pid, iv in out.items()}
 
 
 def _shares(counts: dict[int, int], frames_of: Callable[[int], Sequence[Frame]]):
@@ -231,6 +278,7 @@ def stage_tail(
         typical_samples=n_typical,
         frames=tuple(frames[:TOP_TAIL_FRAMES]),
         overlaps=_overlaps(slow, slow_stacks, inputs),
+        typical_memory=None if inputs.memory is None else _covered(typical, inputs.memory, inputs),
         slowest=tuple(SlowCall(sp.t_start, (sp.t_end - sp.t_start) * 1000.0, sp.tid) for sp in slowest),
         stages=_stage_breakdown(slow_stacks, typical_stacks, inputs.stage_of),
         slow_stacks=slow_stacks,
@@ -304,20 +352,26 @@ def _stage_breakdown(
     return {k: (s.get(k, 0.0), t.get(k, 0.0)) for k in names}
 
 
+def _covered(
+    calls: Sequence[StageSpan], sets: dict[int, IntervalSet], inputs: TailInputs
+) -> float | None:
+    """The share of the calls' time that intervals of their process cover; None: no time."""
+    span_s = sum(sp.t_end - sp.t_start for sp in calls)
+    if not span_s:
+        return None
+    total = 0.0
+    for sp in calls:
+        s = sets.get(inputs.pid_of(sp.tid))
+        if s is not None:
+            total += s.overlap(sp.t_start, sp.t_end)
+    return min(1.0, total / span_s)
+
+
 def _overlaps(
     slow: Sequence[StageSpan], slow_stacks: dict[int, int], inputs: TailInputs
 ) -> dict[str, float | None]:
-    span_s = sum(sp.t_end - sp.t_start for sp in slow)
-
     def covered(sets: dict[int, IntervalSet]) -> float | None:
-        if not span_s:
-            return None
-        total = 0.0
-        for sp in slow:
-            s = sets.get(inputs.pid_of(sp.tid))
-            if s is not None:
-                total += s.overlap(sp.t_start, sp.t_end)
-        return min(1.0, total / span_s)
+        return _covered(slow, sets, inputs)
 
     gil = {pid: IntervalSet(w) for pid, w in inputs.samples.gil_waits.items()}
     n = sum(slow_stacks.values())
@@ -332,4 +386,5 @@ def _overlaps(
         "queue": by_stage.get("queue", 0) / n if sampled else None,
         "sync": by_stage.get("sync", 0) / n if sampled else None,
         "profiler": covered(inputs.profiler),
+        "memory": None if inputs.memory is None else covered(inputs.memory),
     }

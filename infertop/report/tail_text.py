@@ -12,6 +12,7 @@ OVERLAP_NAMES = {
     "queue": "waiting in a queue",
     "sync": "host-device sync",
     "profiler": "infertop's own profiler windows",
+    "memory": "memory pressure (major faults, stalls)",
 }
 
 

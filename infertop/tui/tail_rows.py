@@ -24,6 +24,7 @@ OVERLAP_LABELS = {
     "queue": "waiting in a queue",
     "sync": "host-device syncs",
     "profiler": "our own profiler windows",
+    "memory": "memory pressure",  # major faults, stalls: host memory readings
 }
 LABEL_W = max(len(v) for v in OVERLAP_LABELS.values())
 NUMBERS_W = 18  # "  94.1%     0.0%  ": slow and typical share
@@ -197,6 +198,8 @@ def overlap_lines(tail: StageTail) -> list[Text]:
     out[0].append(" (share of slow-call time)", style="dim")
     for key in OVERLAPS:
         share = tail.overlaps.get(key)
+        if key == "memory" and share is None:
+            continue  # no host memory read (a recording made before format 1.8)
         row = Text(no_wrap=True, overflow="ellipsis")
         row.append(f"  {OVERLAP_LABELS[key]:<{LABEL_W}} ")
         if share is None:

@@ -63,7 +63,7 @@ def test_every_spec_rule_is_registered() -> None:
         "ipc-heavy",  # the multi-process servers': the hop between processes
         "kv-cache-headroom",  # generative inference: the largest batch's cache and memory left
         "engine-step-overhead",  # an LLM engine's model worker outside its forward
-        "memory-growth",  # host memory (issue 49): a process's RSS grows past warm-up
+        "memory-growth", "memory-pressure",  # host memory (issue 49): growth, the limit, faults
     }  # fmt: skip
 
 

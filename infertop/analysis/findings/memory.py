@@ -213,3 +213,96 @@ def memory_growth(inp: FindingInput, th: FindingThresholds) -> Finding | None:
         "tracemalloc.take_snapshot()s a minute apart to find the growing line",
         pid=p.pid if inp.host_memory_pids else None,
     )
+
+
+#: memory-pressure: a stage's slow calls under memory pressure count where the typical calls
+#: were under it this many times less (pressure that every call sees explains none of them),
+#: with at least this many slow calls
+PRESSURE_OVER_TYPICAL = 2.0
+PRESSURE_MIN_SLOW_CALLS = 3
+
+
+@rule("memory-pressure")
+def host_memory_pressure(inp: FindingInput, th: FindingThresholds) -> Finding | None:
+    """A process's memory cgroup close to its limit, or a stage's slow calls that coincide
+    with the process taking major page faults (swap-ins among them) or its cgroup stalling on
+    memory: read from /proc and the cgroup outside the target."""
+    tight: ProcessMemory | None = None
+    tight_share = 0.0
+    for p in inp.host_memory:
+        cg = p.cgroup
+        if cg is None or cg.limit is None or cg.usage is None or cg.limit <= 0:
+            continue
+        share = cg.usage / cg.limit
+        if share >= th.memory_pressure_limit_share and share > tight_share:
+            tight, tight_share = p, share
+    slow = [
+        (stage, n, s, typ)
+        for stage, n, s, typ in inp.memory_tails
+        if n >= PRESSURE_MIN_SLOW_CALLS
+        and s >= th.memory_pressure_slow_share
+        and (typ is None or s >= PRESSURE_OVER_TYPICAL * typ)
+    ]
+    slow.sort(key=lambda x: -x[2])
+    if tight is None and not slow:
+        return None
+    faults = max((p.major_faults_per_s or 0.0 for p in inp.host_memory), default=0.0)
+    swap = max((p.swap_max or 0 for p in inp.host_memory), default=0)
+    kills = sum(p.oom_kills_during or 0 for p in inp.host_memory)
+    parts = []
+    sev = "medium" if slow else "low"
+    evidence: dict[str, object] = {}
+    if tight is not None and tight.cgroup is not None:
+        cg = tight.cgroup
+        assert cg.limit is not None and cg.usage is not None
+        parts.append(
+            f"the memory cgroup {cg.path} is at {100 * tight_share:.0f}% of its "
+            f"{_size(cg.limit)} limit ({_size(max(0, cg.limit - cg.usage))} left)"
+        )
+        if tight_share >= 0.97:
+            sev = "high"
+        elif tight_share >= 0.93:
+            sev = "medium" if sev == "low" else sev
+        evidence.update(
+            {
+                "pid": tight.pid,
+                "cgroup": cg.path,
+                "usage_share": round(tight_share, 4),
+                "threshold": th.memory_pressure_limit_share,
+                "usage_bytes": cg.usage,
+                "limit_bytes": cg.limit,
+                "headroom_bytes": max(0, cg.limit - cg.usage),
+            }
+        )
+    if slow:
+        stage, n, s, typ = slow[0]
+        parts.append(
+            f"{stage}'s {n} slow calls spent {100 * s:.0f}% of their time while the process "
+            "took major page faults or stalled on memory"
+            + (f" (typical calls {100 * typ:.0f}%)" if typ is not None else "")
+        )
+        evidence["slow_calls"] = [
+            {"stage": st, "slow_calls": k, "slow_share": round(x, 4),
+             "typical_share": None if y is None else round(y, 4)}
+            for st, k, x, y in slow
+        ]  # fmt: skip
+    if kills:
+        sev = "high"
+        parts.append(f"{kills} OOM kills in the cgroup")
+    evidence.update(
+        {"major_faults_per_s": round(faults, 2), "swap_bytes": swap or None, "oom_kills": kills or None}
+    )
+    who = tight if tight is not None else None
+    return Finding(
+        "memory-pressure",
+        sev,
+        "; ".join(parts),
+        evidence,
+        tuple(f"stage {st}" for st, *_ in slow[:5]),
+        "the process is short of memory: raise the container's memory limit or use less (fewer "
+        "workers or replicas per container, a smaller batch or cache, weights memory-mapped "
+        "and shared between workers); where slow calls coincide with major faults its pages "
+        "were reclaimed or swapped out: keep the working set resident (more memory, no swap "
+        "for latency-bound services, no memory-hungry neighbours in the cgroup)",
+        pid=who.pid if who is not None and inp.host_memory_pids else None,
+    )

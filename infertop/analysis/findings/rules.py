@@ -74,6 +74,9 @@ class FindingInput:
     #: ``host_memory_pids`` the session has several and a finding names its process
     host_memory: tuple[ProcessMemory, ...] = ()
     host_memory_pids: bool = False
+    #: each stage's tail under memory pressure: (stage, slow calls, the slow calls' share of
+    #: time under it, the typical calls'), where tails were computed and host memory read
+    memory_tails: tuple[tuple[str, int, float, float | None], ...] = ()
     nvml: NvmlBusy | None = None  # NVML utilisation of the target's GPUs (no profiler needed)
     gc: GcSummary | None = None  # the agent's GC pauses
     event_loop: LoopLagSummary | None = None  # the agent's heartbeats on asyncio loops

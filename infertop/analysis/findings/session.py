@@ -108,17 +108,24 @@ class HostMemoryInput(TypedDict, total=False):
 
     host_memory: tuple[ProcessMemory, ...]
     host_memory_pids: bool
+    memory_tails: tuple[tuple[str, int, float, float | None], ...]
 
 
 def host_memory_of(snap: Snapshot) -> HostMemoryInput:
-    """Each process's host memory; in the view of one process (``snap.process``), its own."""
+    """Each process's host memory; in the view of one process (``snap.process``), its own;
+    and each stage's slow calls under memory pressure, where the snapshot has tails."""
     hm = snap.host_memory
     if hm is None:
         return {}
     procs = hm.processes
     if snap.process is not None:
         procs = tuple(p for p in procs if p.pid == snap.process)
-    return {"host_memory": procs, "host_memory_pids": len(procs) > 1}
+    tails = tuple(
+        (t.stage, t.slow_calls, share, t.typical_memory)
+        for t in snap.tails
+        if (share := t.overlaps.get("memory")) is not None
+    )
+    return {"host_memory": procs, "host_memory_pids": len(procs) > 1, "memory_tails": tails}
 
 
 def _engine(snap: Snapshot) -> EngineInput:
