@@ -334,6 +334,15 @@ class FindingThresholds:
     straggler_slower: float = 0.10  # a process's step work ≥ 10 % above the others' median ...
     straggler_steps_share: float = 0.5  # ... in more than half of the steps compared
     straggler_min_steps: int = 2  # steps every process has, to compare at all
+    #: the target's threads waited for a CPU this share of their runnable time or more
+    #: (medium from 0.35, high from 0.5) over at least this many runnable seconds
+    cpu_starved_share: float = 0.20
+    cpu_starved_min_runnable_s: float = 2.0
+    #: a straggler whose process waited for a CPU this much more of its runnable time than its
+    #: peers' median, or any straggler below ``cpu_starved_slower`` while every process waited
+    #: ``cpu_starved_share`` or more: the host's doing, which cpu-starved says instead
+    straggler_cpu_wait_margin: float = 0.05
+    cpu_starved_slower: float = 0.5
 
 
 @dataclass(frozen=True)

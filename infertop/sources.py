@@ -21,6 +21,7 @@ from infertop.model.events import (
     AllocatorReading,
     CallSamples,
     CollectorStatus,
+    CpuWait,
     Event,
     FrameDef,
     GcPause,
@@ -156,7 +157,7 @@ class LiveSource:
 def event_time(ev: Event) -> float | None:
     """When an event happened, for replay; None for definitions (they take the next time)."""
     match ev:
-        case SampleWindow() | StageSpan() | OpWindow() | GcPause() | GenerationCall():
+        case SampleWindow() | StageSpan() | OpWindow() | GcPause() | GenerationCall() | CpuWait():
             return ev.t_end
         case CollectorStatus() | TargetExited() | Marker() | AllocatorReading() | GpuReading():
             return ev.t

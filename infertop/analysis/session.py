@@ -16,6 +16,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field, replace
 
+from infertop.analysis.cpu_contention import CpuContention, CpuTotals, contention
 from infertop.analysis.generation_split import GenerationSplit
 from infertop.analysis.gpu_series import GpuFold
 from infertop.analysis.host_memory import thin
@@ -33,6 +34,7 @@ from infertop.model.events import (
     AllocatorReading,
     CallSamples,
     CollectorStatus,
+    CpuWait,
     Event,
     FrameDef,
     GcPause,
@@ -69,8 +71,7 @@ def _is_news(ev: CollectorStatus, said_before: bool) -> bool:
         return True
     if ev.collector == "py-spy":
         return said_before and ev.state == "running"
-    # the agent lowering its duty cycle; the functions its wrappers could not reach (Python < 3.12)
-    return ev.collector == "agent" and ("instead of" in ev.message or "not reached" in ev.message)
+    return ev.collector == "agent" and "instead of" in ev.message
 
 @dataclass
 class Session:
@@ -102,6 +103,11 @@ class Session:
     #: the agent's generation calls, in order of end: the newest MAX_GENERATIONS are kept
     generations: list[GenerationCall] = field(default_factory=list)
     pause_fold: PauseFold = field(default_factory=PauseFold)
+    #: each process's time on a CPU and waiting for one, window by window (the sampler's
+    #: reading of the kernel's schedstat: analysis/cpu_contention.py); ``cpu_folded``: summed
+    #: past the horizon
+    cpu_waits: list[CpuWait] = field(default_factory=list)
+    cpu_folded: CpuTotals = field(default_factory=CpuTotals)
     _gpu_ts: list[float] = field(default_factory=list)
     _host_memory_ts: list[float] = field(default_factory=list)
     _window_ends: list[float] = field(default_factory=list)
@@ -229,6 +235,9 @@ class Session:
                 self._host_memory_ts.insert(i, ev.t)
                 self.host_memory.insert(i, ev)
                 self._saw(ev.t)
+            case CpuWait():
+                self.cpu_waits.append(ev)
+                self._saw(ev.t_end)
             case GcPause():
                 self.gc_pauses.append(ev)
                 self._saw(ev.t_end)
@@ -330,6 +339,11 @@ class Session:
             self.gpu_fold.add(self.gpu[:n], self._working())
             del self.gpu[:n]
             del self._gpu_ts[:n]
+        # CPU waits: summed by process
+        old_cpu = [w for w in self.cpu_waits if w.t_end < before]
+        if old_cpu:
+            self.cpu_folded.add(old_cpu)
+            self.cpu_waits = [w for w in self.cpu_waits if w.t_end >= before]
         # host memory: thinned, so that a day's first, peak and slope stay (a few a minute)
         n = bisect.bisect_left(self._host_memory_ts, before)
         if n:
@@ -466,6 +480,11 @@ class Session:
     def gpu_upto(self, t: float | None) -> list[GpuReading]:
         """NVML readings taken at or before ``t`` (None: all of them), oldest first."""
         return self.gpu if t is None else self.gpu[: bisect.bisect_right(self._gpu_ts, t)]
+
+    def cpu_contention(self, t: float | None = None, pid: int | None = None) -> CpuContention | None:
+        """Each process's CPU waits up to ``t`` (None: all), only ``pid``'s where given; None
+        where nothing was read."""
+        return contention(self.cpu_waits, self.cpu_folded, None, t, pid)
 
     def host_memory_upto(self, t: float | None) -> list[HostMemoryReading]:
         """Host memory readings taken at or before ``t`` (None: all of them), oldest first."""

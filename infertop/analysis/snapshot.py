@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from infertop.analysis.batches import BatchCalls, calls_by_batch
+from infertop.analysis.cpu_contention import CpuContention
 from infertop.analysis.engine import EngineSummary, engine_of, engine_summary
 from infertop.analysis.flame import FlameNode, TopFrame, build_flame, top_frames
 from infertop.analysis.fold import FlameShape, ShaperCache
@@ -134,6 +135,8 @@ class Snapshot:
     nvml: GpuView | None = None  # NVML readings up to t; None: none (the nvml status says why)
     #: each process's host memory up to t (/proc and its cgroup); None: nothing was read
     host_memory: HostMemorySummary | None = None
+    #: each process's threads' waits for a CPU up to t (the kernel's count); None: not read
+    cpu: CpuContention | None = None
     findings: tuple[Finding, ...] = ()  # ranked; filled in by findings.live.with_findings
     #: --children: (pid, role) of every process followed; ``process`` is the one the samples
     #: are of (None: all merged)
@@ -449,6 +452,7 @@ def build_snapshot(
             process,
         ),
         host_memory=_host_memory(session, t, kept),
+        cpu=session.cpu_contention(t, process),
         processes=labels,
         processes_exited=tuple(exit_times(session, t)) if session.processes else (),
         process=process,

@@ -11,7 +11,10 @@ imported trace; an agent window that one step fills), else it counts as 0.
 
 A process is a straggler when, over the steps every compared process has, its work time is at
 least ``straggler_slower`` (10 %) above the median of the other processes' in more than
-``straggler_steps_share`` of the steps, and its median excess is above that too.
+``straggler_steps_share`` of the steps, and its median excess is above that too -- unless
+the host's CPU explains it (``host_s_doing``): the process waited for a CPU more than its peers,
+or every process waited much of the time and the excess is within what that turn-taking makes
+of equal work. The ``cpu-starved`` finding says so instead.
 """
 
 from __future__ import annotations
@@ -107,8 +110,22 @@ def comparison(session: Session, t: float | None = None) -> tuple[dict[int, dict
     return process_forward_calls(session, t), CALLS
 
 
+def host_s_doing(s: Straggler, waited: dict[int, float], th: FindingThresholds) -> bool:
+    """``s`` is the host's CPU at work, not the process (``waited``: pid -> the share of its
+    threads' runnable time spent waiting for a CPU, analysis/cpu_contention.py)."""
+    mine = waited.get(s.pid)
+    others = [w for pid, w in waited.items() if pid != s.pid and pid in s.median_ms]
+    if mine is None or not others:
+        return False
+    if mine - median(others) >= th.straggler_cpu_wait_margin:
+        return True
+    return s.excess < th.cpu_starved_slower and min(mine, *others) >= th.cpu_starved_share
+
+
 def find_stragglers(
-    steps: dict[int, dict[int, Step]], th: FindingThresholds | None = None
+    steps: dict[int, dict[int, Step]],
+    th: FindingThresholds | None = None,
+    waited: dict[int, float] | None = None,
 ) -> list[Straggler]:
     th = th or FindingThresholds()
     procs = {pid: s for pid, s in steps.items() if len(s) >= th.straggler_min_steps}
@@ -132,6 +149,7 @@ def find_stragglers(
         excess = median(ratios)
         if slow > th.straggler_steps_share * len(common) and excess >= th.straggler_slower:
             out.append(Straggler(pid, excess, slow, slowest, len(common), medians, walls))
+    out = [s for s in out if not host_s_doing(s, waited or {}, th)]
     return sorted(out, key=lambda s: -s.excess)
 
 
@@ -140,11 +158,13 @@ def straggler_findings(
     names: dict[int, str],
     th: FindingThresholds | None = None,
     unit: str = STEPS,
+    waited: dict[int, float] | None = None,
 ) -> list[Finding]:
     """One ``straggler`` finding per straggling process; ``names``: pid -> how to call it;
-    ``unit``: what ``steps`` hold (``comparison`` says)."""
+    ``unit``: what ``steps`` hold (``comparison`` says); ``waited``: each process's share of
+    its runnable time spent waiting for a CPU, where read."""
     out = []
-    for s in find_stragglers(steps, th):
+    for s in find_stragglers(steps, th, waited):
         name = names.get(s.pid, f"pid {s.pid}")
         others = [ms for pid, ms in s.median_ms.items() if pid != s.pid]
         severity = "high" if s.excess >= 0.25 else "medium" if s.excess >= 0.15 else "low"

@@ -41,7 +41,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from infertop.analysis.shares import percentile
-from infertop.model.events import StageSpan, waited_share
+from infertop.model.events import CpuWait, StageSpan, waited_share
 
 #: how far behind ``now`` the spans may be before a window's end stops waiting for them
 LAG_S = 1.0
@@ -239,9 +239,12 @@ class Triggers:
         self.cpu: list[tuple[float, int, int]] = []
 
     # -- feeding ----------------------------------------------------------------------------
-    def add(self, spans: Iterable[object]) -> None:
-        """Take the stage spans among ``events`` (anything else is ignored)."""
-        for sp in spans:
+    def add(self, events: Iterable[object]) -> None:
+        """Take the stage spans and the CPU waits among ``events`` (anything else is ignored)."""
+        for sp in events:
+            if isinstance(sp, CpuWait):
+                self.add_cpu(sp.t_end, sp.run_ns, sp.wait_ns)
+                continue
             if not isinstance(sp, StageSpan) or not sp.t_end >= sp.t_start:
                 continue
             st = self.stages.get(sp.stage)
@@ -254,8 +257,8 @@ class Triggers:
     def add_cpu(self, t: float, run_ns: int, wait_ns: int) -> None:
         """The target's threads ran ``run_ns`` and waited on a run queue ``wait_ns`` in the
         interval that ended at ``t`` (unix s)."""
-        if run_ns >= 0 and wait_ns >= 0:
-            self.cpu.append((t, run_ns, wait_ns))
+        if run_ns >= 0 and wait_ns >= 0:  # several processes' readings may come out of order
+            bisect.insort(self.cpu, (t, run_ns, wait_ns))
 
     def waited(self, t0: float, t1: float) -> float | None:
         """The share of their runnable time the target's threads spent waiting for a CPU over

@@ -45,7 +45,7 @@ from infertop import procfs
 from infertop.collect.base import drain
 from infertop.collect.priority import SamplerPriority, make_realtime
 from infertop.collect.target import classify_pyspy_failure, find_pyspy, pid_alive
-from infertop.collect.thread_cpu import clamp_to_runnable, thread_runnable_ns
+from infertop.collect.thread_cpu import ProcessCpuWaits, clamp_to_runnable, thread_runnable_ns
 from infertop.collect.tree import (
     descendants,
     exit_marker,
@@ -243,6 +243,8 @@ class PySpyCollector:
         self.priority = SamplerPriority(rate_hz, realtime)
         self.window_d = max(1, math.ceil(window_s))  # whole seconds: py-spy's --duration
         self.start_s = 0.0  # py-spy's start-up, smoothed over windows (the windows' wall - d)
+        #: the processes' CPU waits, read as each window starts and ends (``CpuWait`` events)
+        self._cpu_waits = ProcessCpuWaits()
 
     # -- Collector protocol -------------------------------------------------------------------
     def start(self) -> None:
@@ -397,8 +399,10 @@ class PySpyCollector:
             "--duration", str(d),
         ] + (["--subprocesses"] if self.children else []) + (
             ["--idle", "--nonblocking"] if wall else [])  # fmt: skip
-        runnable_before = {} if wall else thread_runnable_ns([self.pid, *self._live_children()])
+        pids = [self.pid, *self._live_children()]
+        runnable_before = {} if wall else thread_runnable_ns(pids)
         t_start = time.time()
+        self._put_cpu_waits(pids, t_start)
         try:
             self._proc = proc = subprocess.Popen(
                 cmd,
@@ -483,7 +487,12 @@ class PySpyCollector:
                 wall,
             )
         )
+        self._put_cpu_waits([self.pid, *self._live_children()], t_end)
         return True, out
+
+    def _put_cpu_waits(self, pids: list[int], t: float) -> None:
+        for ev in self._cpu_waits.read(pids, t):
+            self._events.put(ev)
 
 
 def _lasting(err: str) -> bool:

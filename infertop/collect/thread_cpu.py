@@ -16,11 +16,10 @@ against its true third). Reading it costs the target nothing.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 
 from infertop import procfs
-from infertop.model.events import ProcessDef
+from infertop.model.events import CpuWait
 
 SLACK = 1.5  # a share of samples is Poisson: allow half as much again as the CPU time says
 SPARE = 0.5  # and half a sample more: a thread that ran 10 ms keeps up to 2 samples at 100 Hz
@@ -61,41 +60,37 @@ def thread_runnable_ns(pids: Iterable[int]) -> dict[int, int]:
     return {tid: on + wait for tid, (on, wait) in _schedstats(pids).items()}
 
 
-class RunQueue:
-    """The threads of some processes: how long they ran and how long they waited for a CPU
-    between one ``read`` and the next (the kernel's schedstat; nothing asked of the target).
-    ``follow`` adds the processes a session's batches define (``--children``, ``--match``);
-    ``due`` reads them at most every ``every_s`` (what the triggers hear of, in watch and the
-    live UI)."""
+class ProcessCpuWaits:
+    """Each process's threads: how long they ran and waited for a CPU between one ``read`` and
+    the next, as ``CpuWait`` events (the sampler reads them as each window ends: the one place
+    CPU contention is measured; nothing asked of the target)."""
 
-    def __init__(self, pids: Iterable[int | None] = (), every_s: float = 1.0) -> None:
-        self.last: dict[int, tuple[int, int]] = {}  # tid -> (ns on CPU, ns waiting), cumulative
-        self.pids = {p for p in pids if p is not None}
-        self.every_s = every_s
-        self._read_at = -math.inf
+    def __init__(self) -> None:
+        #: pid -> (when read, tid -> (ns on CPU, ns waiting), cumulative)
+        self._last: dict[int, tuple[float, dict[int, tuple[int, int]]]] = {}
 
-    def follow(self, batch: Iterable[object]) -> None:
-        self.pids.update(e.pid for e in batch if isinstance(e, ProcessDef))
-
-    def due(self, now: float) -> tuple[int, int] | None:
-        """``read`` of the followed processes when ``every_s`` has passed since the last."""
-        if now - self._read_at < self.every_s:
-            return None
-        self._read_at = now
-        return self.read(self.pids)
-
-    def read(self, pids: Iterable[int]) -> tuple[int, int]:
-        """(ns on CPU, ns waiting on a run queue) since the last read, summed over the threads
-        seen both times (a thread born or gone in between counts from its next read)."""
-        now = _schedstats(pids)
-        run = waited = 0
-        for tid, (on, wait) in now.items():
-            was = self.last.get(tid)
-            if was is not None and on >= was[0] and wait >= was[1]:
-                run += on - was[0]
-                waited += wait - was[1]
-        self.last = now
-        return run, waited
+    def read(self, pids: Iterable[int], t: float) -> list[CpuWait]:
+        """The intervals since each process's last read that ended at ``t`` (a process read for
+        the first time gives none; its threads born or gone in between count from their next)."""
+        out: list[CpuWait] = []
+        seen: dict[int, tuple[float, dict[int, tuple[int, int]]]] = {}
+        for pid in pids:
+            now = _schedstats([pid])
+            if not now:
+                continue  # gone, or not ours to read
+            seen[pid] = (t, now)
+            was = self._last.get(pid)
+            if was is None or t <= was[0]:
+                continue
+            run = waited = 0
+            for tid, (on, wait) in now.items():
+                before = was[1].get(tid)
+                if before is not None and on >= before[0] and wait >= before[1]:
+                    run += on - before[0]
+                    waited += wait - before[1]
+            out.append(CpuWait(was[0], t, pid, run, waited))
+        self._last = seen
+        return out
 
 
 def clamp_to_runnable(

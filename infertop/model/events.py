@@ -247,6 +247,21 @@ def waited_share(run: float, wait: float) -> float | None:
 
 
 @dataclass(frozen=True, slots=True)
+class CpuWait:
+    """The kernel's account of one process's threads over [t_start, t_end) (unix s): ``run_ns``
+    on a CPU, ``wait_ns`` runnable but waiting on a run queue for one (``/proc/PID/task/TID/
+    schedstat``, read outside the target as each sample window ends). The one reading of CPU
+    contention that the findings, the straggler rule and the triggers share
+    (analysis/cpu_contention.py)."""
+
+    t_start: float
+    t_end: float
+    pid: int
+    run_ns: int
+    wait_ns: int
+
+
+@dataclass(frozen=True, slots=True)
 class OpWindow:
     """One torch.profiler window over [t_start, t_end) (unix s), aggregated; durations in µs."""
 
@@ -363,4 +378,5 @@ Event = (
     | CallSamples
     | GenerationCall
     | HostMemoryReading
+    | CpuWait
 )

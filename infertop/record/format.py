@@ -1,4 +1,4 @@
-"""The ``.infertop`` recording format, version 1.9 (documented in docs/recording-format.md).
+"""The ``.infertop`` recording format, version 1.10 (documented in docs/recording-format.md).
 
     file    = header record*
     header  = b"INFERTOP" u16 major u16 minor          (big-endian)
@@ -19,6 +19,7 @@ from infertop.model.events import (
     AllocatorReading,
     CallSamples,
     CollectorStatus,
+    CpuWait,
     Event,
     Frame,
     FrameDef,
@@ -55,7 +56,7 @@ from infertop.record.pause_format import CALL_SAMPLES, GC, LOOP_LAG, decode_paus
 
 MAGIC = b"INFERTOP"
 MAJOR = 1
-MINOR = 9
+MINOR = 10
 HEADER = struct.Struct(">8sHH")
 RECORD = struct.Struct(">II")
 MAX_RECORD = 256 * 1024 * 1024
@@ -72,6 +73,7 @@ PROCESS = 14  # added in 1.3 (--children), with code 4's trailing pid
 #      infertop/record/generation_format.py
 # 1.8: code 20, a process's host memory (/proc and its cgroup): record/host_memory_format.py
 # 1.9: code 21, an op window by field name, written instead of code 11: record/ops_format.py
+CPU_WAIT = 22  # added in 1.10: a process's threads' time on a CPU and waiting for one
 
 
 def encode_event(ev: Event) -> list[Any]:
@@ -115,6 +117,8 @@ def encode_event(ev: Event) -> list[Any]:
             return encode_generation(ev)
         case HostMemoryReading():
             return encode_host_memory(ev)
+        case CpuWait():
+            return [CPU_WAIT, ev.t_start, ev.t_end, ev.pid, ev.run_ns, ev.wait_ns]
     raise TypeError(f"cannot encode {type(ev).__name__}")
 
 
@@ -176,6 +180,8 @@ def decode_event(raw: Any) -> Event | None:
         return decode_span_batch(f)
     if code == HOST_MEMORY:
         return decode_host_memory(f)
+    if code == CPU_WAIT:
+        return CpuWait(real(f[0]), real(f[1]), whole(f[2]), whole(f[3]), whole(f[4]))
     return None
 
 

@@ -28,6 +28,7 @@ from infertop.model.events import (
     INCIDENT,
     AllocatorReading,
     CollectorStatus,
+    CpuWait,
     Event,
     FrameDef,
     GenerationCall,
@@ -55,7 +56,7 @@ CHUNK = 2_000  # events per record when the ring is written out
 def event_time(ev: Event) -> float | None:
     """When a timed event happened (its end for a span of time); None for a definition."""
     match ev:
-        case SampleWindow() | StageSpan() | OpWindow() | GenerationCall():
+        case SampleWindow() | StageSpan() | OpWindow() | GenerationCall() | CpuWait():
             return ev.t_end
         case CollectorStatus() | Marker() | AllocatorReading() | GpuReading() | HostMemoryReading():
             return ev.t

@@ -29,6 +29,7 @@ from infertop.model.events import (
     MERGED_INPUT,
     AllocatorReading,
     CollectorStatus,
+    CpuWait,
     Event,
     Frame,
     FrameDef,
@@ -239,6 +240,9 @@ class _Merger:
                     self._time(ev.t + offset, replace(ev, t=ev.t + offset, pid=pid(ev.pid)))
                 case HostMemoryReading():
                     self._time(ev.t + offset, replace(ev, t=ev.t + offset, pid=pid(ev.pid)))
+                case CpuWait():
+                    self._time(ev.t_end + offset, replace(ev, t_start=ev.t_start + offset,
+                                                         t_end=ev.t_end + offset, pid=pid(ev.pid)))  # fmt: skip
                 case GpuReading():  # devices and pids: in ``finish``
                     gpu.append(replace(ev, t=ev.t + offset))
                 case CollectorStatus():

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from infertop.analysis.cpu_contention import waited_by_pid
 from infertop.analysis.findings import evaluate, severity_rank
 from infertop.analysis.findings.session import snapshot_input
 from infertop.analysis.processes.ops import process_ops
@@ -32,7 +33,8 @@ def add_processes(
         proc["findings"] = process_findings(session, t, proc["pid"], th)
     names = {p["pid"]: f"{p['role']} (pid {p['pid']})" for p in procs}
     steps, unit = comparison(session, t)
-    found = [finding_record(f) for f in straggler_findings(steps, names, th, unit)]
+    waited = waited_by_pid(session.cpu_contention(t))
+    found = [finding_record(f) for f in straggler_findings(steps, names, th, unit, waited)]
     if found:
         rep.findings = sorted(rep.findings + found, key=lambda f: severity_rank(f.severity))
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import time
 
 from infertop.analysis.triggers import Firing, Triggers
-from infertop.collect.thread_cpu import RunQueue
 from infertop.model.events import Event, Marker
 from infertop.record.incident import EventRing, Incident, incident_marker, incident_path
 from infertop.sources import LiveSource
@@ -31,7 +30,6 @@ class LiveIncidents:
         self.source = source
         self.before, self.after = before, after
         self.triggers = Triggers(auto=True)
-        self.run_queue = RunQueue([source.session.target.pid])  # "the machine is short of CPU"
         self.ring = EventRing(before + after + RING_SLACK_S)
         self.ring.add(source.definitions(), time.time())
         self.last: tuple[Firing, Marker] | None = None
@@ -43,8 +41,7 @@ class LiveIncidents:
 
     def _batch(self, batch: list[Event]) -> None:
         self.ring.add(batch, time.time())
-        self.triggers.add(batch)
-        self.run_queue.follow(batch)
+        self.triggers.add(batch)  # its spans, and its processes' CPU waits (CpuWait)
         if self.writing is not None:
             self.writing.write(batch)
 
@@ -53,9 +50,6 @@ class LiveIncidents:
         if self.writing is not None and self.writing.due(now):
             self.saved.append(self.writing.close())
             self.writing = None
-        cpu = self.run_queue.due(now)
-        if cpu is not None:
-            self.triggers.add_cpu(now, *cpu)
         firing = self.triggers.check(now)
         if firing is None:
             return

@@ -20,7 +20,6 @@ from typing import Any, TextIO
 
 from infertop.analysis.triggers import Firing, Rule, Triggers
 from infertop.collect.base import Collector
-from infertop.collect.thread_cpu import RunQueue
 from infertop.config import Config
 from infertop.errors import EXIT_OK, InfertopError
 from infertop.model.events import CollectorStatus, Event, TargetInfo
@@ -93,13 +92,11 @@ class Watch:
         self.said_agent_gone = False
         self._tty = self.err.isatty() and not opts.as_json
         self._last_line_t = -1e9
-        self.run_queue = RunQueue([target.pid])  # the triggers hear of its threads' CPU wait
 
     # -- events -----------------------------------------------------------------------------
     def _batch(self, batch: list[Event]) -> None:
         self.ring.add(batch, time.time())
-        self.triggers.add(batch)
-        self.run_queue.follow(batch)
+        self.triggers.add(batch)  # its spans, and its processes' CPU waits (CpuWait)
         if self.incident is not None:
             self.incident.write(batch)
 
@@ -260,9 +257,6 @@ class Watch:
             while True:
                 self.src.pump()
                 now = time.time()
-                cpu = self.run_queue.due(now)
-                if cpu is not None:
-                    self.triggers.add_cpu(now, *cpu)
                 elapsed = time.monotonic() - started
                 if self.incident is not None and (self.incident.due(now) or self.incident.failed):
                     self._finish()

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from infertop.collect.thread_cpu import RunQueue
+from infertop.collect.thread_cpu import run_and_wait_ns
 from infertop.model.events import INCIDENT, Marker, StageSpan
 from infertop.record.reader import read_recording
 
@@ -66,10 +66,9 @@ def test_auto_catches_the_spell_once_and_a_quiet_minute_raises_nothing(tmp_path:
     watches = []
     try:
         watches = [_watch(a.pid, tmp_path / "a", 48), _watch(b.pid, tmp_path / "b", 60)]
-        quiet_cpu = RunQueue([b.pid])  # the quiet twin's threads: what a failure shows
-        quiet_cpu.read(quiet_cpu.pids)
+        quiet_cpu = run_and_wait_ns([b.pid])  # the quiet twin's threads: what a failure shows
         outs = [w.communicate(timeout=180) for w in watches]
-        run, wait = quiet_cpu.read(quiet_cpu.pids)
+        run, wait = (x - y for x, y in zip(run_and_wait_ns([b.pid]), quiet_cpu))
         waited = wait / (run + wait) if run + wait else 0.0
         spell = _status(spelled)["spell"]
     finally:

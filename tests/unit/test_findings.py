@@ -60,6 +60,7 @@ def test_every_spec_rule_is_registered() -> None:
         "tiny-ops", "gpu-idle", "preprocess-hot", "serialize-hot", "queue-wait",
         "gil-contention", "gpu-memory-pressure", "allocator-fragmentation",
         "gc-pauses", "event-loop-lag",  # the tail issue's: docs/findings.md
+        "cpu-starved",  # the host's CPU as the cause: its threads' waits for one
         "ipc-heavy",  # the multi-process servers': the hop between processes
         "kv-cache-headroom",  # generative inference: the largest batch's cache and memory left
         "engine-step-overhead",  # an LLM engine's model worker outside its forward

@@ -13,6 +13,7 @@ from infertop.model.events import (
     AllocatorReading,
     CallSamples,
     CollectorStatus,
+    CpuWait,
     Frame,
     FrameDef,
     GcPause,
@@ -26,7 +27,7 @@ from infertop.model.events import (
     TargetInfo,
     ThreadDef,
 )
-from infertop.record.format import HEADER, MAGIC
+from infertop.record.format import HEADER, MAGIC, MAJOR, MINOR
 from infertop.record.reader import parse_recording, read_recording
 from infertop.record.writer import RecordingWriter
 
@@ -50,6 +51,7 @@ EVENTS = [
     # 1.7: a generation call (one of a child's, with what the agent could not see left None)
     GenerationCall(7, 1000.1, 1000.12, 1000.3, 4, 32, 17, 65536, "cpu", 17),
     GenerationCall(9, 1000.4, None, 1000.5, pid=4242),
+    CpuWait(1000.0, 1001.0, 4242, 610_000_000, 250_000_000),
     # 1.7: forward calls with their batch sizes (code 19), with and without a request id
     StageSpan(7, "forward", 1000.2, 1000.3, None, 8),
     StageSpan(7, "forward", 1000.3, 1000.35, "req-1", 1),
@@ -67,7 +69,7 @@ def test_round_trip_is_exact(tmp_path) -> None:
     p = str(tmp_path / "a.infertop")
     write(p, [EVENTS[:7], EVENTS[7:]])
     rec = read_recording(p)
-    assert rec.events == EVENTS and rec.warning is None and rec.version == (1, 9)
+    assert rec.events == EVENTS and rec.warning is None and rec.version == (MAJOR, MINOR) == (1, 10)
 
 
 def test_truncated_file_reads_up_to_the_damage(tmp_path) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 from infertop.analysis.findings.live import StragglerCheck
 from infertop.config import Config
 from infertop.model.events import (
+    CpuWait,
     Frame,
     FrameDef,
     ProcessDef,
@@ -29,10 +30,16 @@ T0 = 1_700_000_000.0
 WORKERS = (101, 102, 103)
 
 
-def _service(path: Path, forward_ms: dict[int, float], slow_intervals: int | None = None) -> None:
+def _service(
+    path: Path,
+    forward_ms: dict[int, float],
+    slow_intervals: int | None = None,
+    waited: dict[int, float] | None = None,
+) -> None:
     """A router and three workers serving for 40 s, 4 forward calls a second each (durations
     around ``forward_ms[pid]``, ±8 %); ``slow_intervals``: only that many 5-s intervals of the
-    last worker are slow (an outlier, not a straggler)."""
+    last worker are slow (an outlier, not a straggler); ``waited``: each worker's share of its
+    runnable time spent waiting for a CPU, read as the sampler reads it each second."""
     rng = random.Random(3)
     w = RecordingWriter(str(path))
     w.write([TargetInfo(pid=100, cmdline="python router.py", started=T0),
@@ -52,7 +59,9 @@ def _service(path: Path, forward_ms: dict[int, float], slow_intervals: int | Non
                 start = t + k * 0.25
                 spans.append(StageSpan(pid, "forward", start, start + ms / 1000.0))
         counts = tuple((pid, 0, 10) for pid in WORKERS)
-        w.write(spans + [SampleWindow(t, t + 1, 50.0, 50, counts, 0, 0.0, 4)])
+        waits = [CpuWait(t, t + 1, pid, int(0.6e9 * (1 - share)), int(0.6e9 * share))
+                 for pid, share in (waited or {}).items()]  # fmt: skip
+        w.write(spans + [SampleWindow(t, t + 1, 50.0, 50, counts, 0, 0.0, 4), *waits])
     w.close()
 
 
@@ -92,3 +101,30 @@ def test_equal_workers_and_one_slow_spell_are_not_stragglers(tmp_path: Path) -> 
     spell = tmp_path / "spell.infertop"
     _service(spell, {101: 40.0, 102: 41.0, 103: 40.0}, slow_intervals=2)  # 2 of 8 intervals
     assert _stragglers(_report(spell)) == []
+
+
+def test_a_worker_slower_because_it_waited_for_a_cpu_is_the_host_s_doing(tmp_path: Path) -> None:
+    """The same 33 % slower worker, whose threads waited for a CPU 45 % of their runnable time
+    where its peers waited 5 %: no straggler (the process is not at fault); the worker's own
+    findings say the host is short of CPU. Every worker waiting 30 % and one 20 % slower: the
+    turn-taking, not a straggler either."""
+    path = tmp_path / "starved.infertop"
+    _service(path, {101: 40.0, 102: 41.0, 103: 54.0}, waited={101: 0.05, 102: 0.05, 103: 0.45})
+    rep = _report(path)
+    assert _stragglers(rep) == [], rep["findings"]
+    mine = next(p for p in rep["processes"] if p["pid"] == 103)
+    starved = [f for f in mine["findings"] if f["rule"] == "cpu-starved"]
+    assert starved and "waited for a CPU 45%" in starved[0]["title"], mine["findings"]
+    src = ReplaySource(read_recording(str(path)), Config())
+    assert StragglerCheck().findings(src.session, src.t) == []
+
+    busy = tmp_path / "busy.infertop"
+    _service(busy, {101: 40.0, 102: 41.0, 103: 48.0}, waited=dict.fromkeys(WORKERS, 0.3))
+    rep = _report(busy)
+    assert _stragglers(rep) == [], rep["findings"]
+    assert [f["severity"] for f in rep["findings"] if f["rule"] == "cpu-starved"] == ["low"], rep["findings"]
+
+    # waits alike and low: the slower worker is the straggler still
+    quiet = tmp_path / "quiet.infertop"
+    _service(quiet, {101: 40.0, 102: 41.0, 103: 54.0}, waited=dict.fromkeys(WORKERS, 0.05))
+    assert [f["pid"] for f in _stragglers(_report(quiet))] == [103]

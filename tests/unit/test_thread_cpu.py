@@ -10,7 +10,7 @@ import threading
 import time
 
 from infertop.collect.thread_cpu import (
-    RunQueue,
+    ProcessCpuWaits,
     clamp_to_runnable,
     thread_cpu_ns,
     thread_runnable_ns,
@@ -101,20 +101,22 @@ def test_a_clamped_thread_keeps_its_stacks_in_proportion() -> None:
     assert [(tid, n) for tid, _name, _stack, n in kept] == [(7, 12), (7, 3), (8, 5)]
 
 
-def test_run_queue_sees_a_process_wait_for_its_cpu_beside_a_hog() -> None:
+def test_cpu_waits_see_a_process_wait_for_its_cpu_beside_a_hog() -> None:
     """Two busy processes held to one CPU: each runs about half the time it wants and waits on
-    the run queue the rest, and the kernel's accounting read from outside says so."""
+    the run queue the rest, and the kernel's accounting read from outside says so, interval by
+    interval, as the sampler reads it at each window's end."""
     busy = [sys.executable, "-c", "while True: pass"]
     procs = [subprocess.Popen(busy, preexec_fn=lambda: os.sched_setaffinity(0, {0})) for _ in range(2)]
     try:
-        rq = RunQueue()
-        assert rq.read([procs[0].pid]) == (0, 0)  # nothing to compare with yet
+        reader = ProcessCpuWaits()
+        assert reader.read([procs[0].pid], time.time()) == []  # nothing to compare with yet
         run = wait = 0
         deadline = time.monotonic() + 30
         while run < 1e9 and time.monotonic() < deadline:
             time.sleep(0.05)
-            r, w = rq.read([procs[0].pid])
-            run, wait = run + r, wait + w
+            (w,) = reader.read([procs[0].pid], time.time())
+            assert w.pid == procs[0].pid and w.t_end > w.t_start
+            run, wait = run + w.run_ns, wait + w.wait_ns
         assert run >= 1e9, "the process never ran a second"
         # half on a quiet machine; anything else on CPU 0 only adds to the wait
         assert 0.3 < wait / (run + wait) < 0.9, (run, wait)

@@ -10,6 +10,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 
+from infertop.analysis.cpu_contention import waited_by_pid
 from infertop.analysis.findings.rules import evaluate, ranked
 from infertop.analysis.findings.session import snapshot_input
 from infertop.analysis.processes.shares import roles
@@ -58,5 +59,6 @@ class StragglerCheck:
             self._key, self._at = key, time.monotonic()
             names = {pid: f"{role} (pid {pid})" for pid, role in roles(session).items()}
             steps, unit = comparison(session, t)
-            self._found = straggler_findings(steps, names, thresholds, unit)
+            waited = waited_by_pid(session.cpu_contention(t))
+            self._found = straggler_findings(steps, names, thresholds, unit, waited)
         return self._found

@@ -21,6 +21,7 @@ from infertop.model.rows import OpRow
 from infertop.trace.gpu import GpuSummary, quantile
 
 if TYPE_CHECKING:  # types only: a trace report need not load the NVML series module
+    from infertop.analysis.cpu_contention import CpuContention
     from infertop.analysis.generation import GenerationSummary
     from infertop.analysis.gpu_series import NvmlBusy
     from infertop.analysis.host_memory import ProcessMemory
@@ -74,6 +75,8 @@ class FindingInput:
     #: ``host_memory_pids`` the session has several and a finding names its process
     host_memory: tuple[ProcessMemory, ...] = ()
     host_memory_pids: bool = False
+    #: each process's threads' waits for a CPU (the kernel's count: analysis/cpu_contention.py)
+    cpu: CpuContention | None = None
     #: each stage's tail under memory pressure: (stage, slow calls, the slow calls' share of
     #: time under it, the typical calls'), where tails were computed and host memory read
     memory_tails: tuple[tuple[str, int, float, float | None], ...] = ()

@@ -77,6 +77,7 @@ def snapshot_input(snap: Snapshot) -> FindingInput:
         gpu=gpu,
         memory=memory,
         **host_memory_of(snap),
+        cpu=snap.cpu,
         nvml=_nvml_busy(snap),
         gc=snap.pauses.gc if snap.pauses else None,
         event_loop=snap.pauses.event_loop if snap.pauses else None,
