@@ -130,3 +130,41 @@ def test_a_310_target_is_timed_too(targets) -> None:
     assert wait_until(lambda: target.read_status()["handle_wrapped"] is False, 10)
     out, err = target.stop()
     assert out == "" and err == ""
+
+
+COMPILED = """
+import sys, torch
+sys.path.insert(0, sys.argv[1])
+from infertop.agent.payload.wrappers import _Wrappers
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x)))
+
+model = Net()
+fast = torch.compile(model, backend="eager")
+x = torch.randn(2, 4)
+fast(x)
+timer = _Wrappers({Net.forward.__code__: "forward"}, lambda *a: None)
+timer.install()
+fast(x)
+print(len(timer.slots), timer.failed)
+timer.uninstall()
+"""
+
+
+def test_a_model_under_torch_compile_is_left_alone() -> None:
+    """Dynamo guards on the forward a compiled model calls: a wrapper there would make it
+    compile again, with warnings on the target's stderr. The wrappers leave it alone, and say
+    so."""
+    _needs_wrappers()
+    import subprocess
+
+    p = subprocess.run([sys.executable, "-c", COMPILED, str(ROOT)], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.strip() == "0 [('Net.forward', 'compiled with torch.compile')]", p.stdout
+    assert p.stderr == "", p.stderr[-2000:]

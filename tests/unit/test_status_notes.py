@@ -27,3 +27,12 @@ def test_the_news_of_the_collectors_is_kept_once_each_in_order() -> None:
         "py-spy: py-spy: py-spy cannot sample process 7: x (window 1 in a row)",
         "agent: windows cost the target ~195 ms each: one every 13 s instead of 10 s",
     ]
+
+
+def test_the_functions_the_wrappers_could_not_reach_are_a_note() -> None:
+    """On Python 3.10/3.11 the agent says once which timed functions no dictionary holds (their
+    calls go untimed): the report's notes keep it."""
+    s = Session()
+    text = "Python 3.11: 1 timed functions not reached (no dictionary holds them): x.py:f"
+    s.apply(CollectorStatus(0.0, "agent", "running", text))
+    assert list(s.status_notes) == [f"agent: {text}"]

@@ -124,13 +124,15 @@ class _SpansMixin:
 
     def _say_unreached(self, wrappers):
         """Once a session: the timed functions the wrappers could not reach (a function defined
-        inside another one, an entry the target's types refuse), by name."""
+        inside another one, a generator, a model under ``torch.compile``, an entry the target's
+        types refuse), by name: the report's notes keep it."""
         names = sorted({"%s:%s" % (c.co_filename.rsplit("/", 1)[-1], c.co_name) for c in wrappers.unreached})
         names += sorted({n for n, _why in wrappers.failed})
         if names:
             self._status_once(
                 "unreached", "running",
-                "Python %d.%d: %d timed functions not reached (no dictionary holds them; their "
+                "Python %d.%d: %d timed functions not reached (defined inside another function, "
+                "a generator, or a model under torch.compile: their calls go untimed, their "
                 "samples still count): %s" % (sys.version_info[0], sys.version_info[1], len(names),
                                                ", ".join(names[:8])),
             )  # fmt: skip

@@ -6,7 +6,9 @@ spans, call-sampler threads and generation tracker the monitor (``monitor.py``) 
 
 What it cannot reach: a reference the target took before the agent came (a bound method kept
 in a variable, ``f = module.func`` inside a function, a callback already registered), a
-function defined inside another one, and C functions; their samples still say their stage.
+function defined inside another one, and C functions; and it leaves alone the methods of a
+model that runs under ``torch.compile`` (``compiled_model_classes``). Their samples still say
+their stage.
 """
 
 from __future__ import annotations
@@ -193,6 +195,43 @@ def find_slots(codes, module_type=None, func_type=None):
     return found[:MAX_WRAPPED_SLOTS]
 
 
+def compiled_model_classes():
+    """The classes of the torch modules that run under ``torch.compile`` (held by an
+    ``OptimizedModule``, or compiled in place by ``Module.compile``), their sub-modules' and
+    their bases: none of their methods is wrapped. Dynamo guards on the function a compiled
+    region calls, so a wrapper put in would make it compile again (seconds of the target's
+    time, warnings on its stderr about the wrapper's clock), and again at detach. Empty where
+    dynamo was never imported (then nothing was compiled)."""
+    if "torch._dynamo" not in sys.modules:
+        return set()
+    base = getattr(sys.modules.get("torch.nn.modules.module"), "Module", None)
+    if not isinstance(base, type):
+        return set()
+    import gc
+
+    roots = []
+    for obj in gc.get_objects():
+        t = type(obj)
+        if not issubclass(t, base):
+            continue
+        space = obj.__dict__
+        if t.__name__ == "OptimizedModule":
+            inner = (space.get("_modules") or {}).get("_orig_mod")
+            if inner is not None:
+                roots.append(inner)
+        elif space.get("_compiled_call_impl") is not None:
+            roots.append(obj)
+    out, todo, seen = set(), roots, set()
+    while todo and len(seen) < 100000:
+        m = todo.pop()
+        if id(m) in seen:
+            continue
+        seen.add(id(m))
+        out.update(c for c in type(m).__mro__ if c is not base and c is not object)
+        todo.extend(c for c in (m.__dict__.get("_modules") or {}).values() if c is not None)
+    return out
+
+
 class _Wrappers:
     """Per-call timings of chosen functions by wrapping them in place (Python < 3.12).
 
@@ -241,10 +280,17 @@ class _Wrappers:
 
         targets = set(self.codes) | set(self.gen_codes)
         found = find_slots(targets)
+        try:
+            compiled = {id(c) for c in compiled_model_classes()}
+        except Exception:  # an odd object in the heap: none known
+            compiled = set()
         reached = set()
         wrappers = {}  # id(original function) -> its wrapper: aliases share one
         self.on = True
         for holder, name, value, code in found:
+            if id(holder) in compiled:
+                self.failed.append(("%s.%s" % (holder.__name__, name), "compiled with torch.compile"))
+                continue
             fn, kind = _function_of(value, types.FunctionType)
             wrapper = wrappers.get(id(fn))
             if wrapper is None:
