@@ -346,6 +346,75 @@ class FindingThresholds:
 
 
 @dataclass(frozen=True)
+class SeverityBands:
+    """How severe a rule's finding is, from the number it is judged by (``measure``): high from
+    ``high`` on, medium from ``medium`` on (None: no medium band), else ``floor`` (``medium``
+    for a rule that fires only where it matters that much). ``of``: the bands are multiples of
+    that ``FindingThresholds`` field, so they move with it when a config overrides it;
+    ``falling``: a smaller number is worse (high at ``high`` or below)."""
+
+    measure: str
+    medium: float | None
+    high: float
+    of: str | None = None
+    floor: str = "low"
+    falling: bool = False
+
+    def severity(self, x: float, th: FindingThresholds, at_least: str = "low") -> str:
+        """``x``'s band; ``at_least``: what the rule's other evidence makes it already (an OOM
+        is high whatever the share)."""
+        k = float(getattr(th, self.of)) if self.of else 1.0
+
+        def reached(band: float) -> bool:
+            return x <= band * k if self.falling else x >= band * k
+
+        if at_least == "high" or reached(self.high):
+            return "high"
+        if at_least == "medium" or (self.medium is not None and reached(self.medium)):
+            return "medium"
+        return self.floor
+
+
+#: every rule's severity bands, by rule id (a rule judged by two numbers: ``RULE:WHAT`` too):
+#: the one place they are set (docs/findings.md); not overridable, unlike the thresholds
+SEVERITY_BANDS: dict[str, SeverityBands] = {
+    "memcpy-pageable": SeverityBands("the copies' share of GPU busy time", 0.02, 0.10),
+    "memcpy-sync": SeverityBands("the host's share of wall time blocked on the device", 0.10, 0.25),
+    "memcpy-small": SeverityBands("transfers per second", 1000, 10000),
+    "copy-heavy": SeverityBands("copies' share of forward (or GPU busy) time", 0.20, 0.35),
+    "python-overhead": SeverityBands("the forward's share outside torch ops", 0.45, 0.60),
+    "tiny-ops": SeverityBands("the tiny kernels' share", 0.70, 0.90),
+    "tiny-ops:cpu": SeverityBands("the op timeline's idle share (CPU-only)", 0.45, 0.60),
+    "gpu-idle": SeverityBands("the GPU's idle share", 0.60, 0.80),
+    "preprocess-hot": SeverityBands("share", 1.5, 2.0, of="preprocess_hot_share"),
+    "serialize-hot": SeverityBands("share", 1.5, 2.0, of="serialize_hot_share"),
+    "ipc-heavy": SeverityBands("share of latency (else of samples)", 1.5, 2.0, of="ipc_heavy_share"),
+    "queue-wait": SeverityBands("queue share of latency", 0.45, 0.60),
+    "engine-step-overhead": SeverityBands("the worker's share outside the forward", 0.45, 0.60),
+    "gil-contention": SeverityBands("share of time waiting for the GIL", 0.35, 0.50),
+    # high too where pauses of gc_long_pause_ms land in gc_long_pause_calls of the calls
+    "gc-pauses": SeverityBands("collections' share of wall time", None, 0.15, floor="medium"),
+    "event-loop-lag": SeverityBands("p99 lag", None, 4.0, of="event_loop_lag_p99_ms", floor="medium"),
+    # high too with OOMs, medium with allocator retries
+    "gpu-memory-pressure": SeverityBands("reserved share of the device's memory", 0.93, 0.97),
+    # high too with OOMs
+    "kv-cache-headroom": SeverityBands(
+        "bytes the worst case needs beyond the memory left", None, 1, floor="medium"
+    ),
+    "allocator-fragmentation": SeverityBands("slack share of reserved", 0.45, 0.60),
+    # high too where the cgroup's OOM killer struck
+    "memory-growth": SeverityBands("growth, bytes per hour", 1 << 30, 8 << 30),
+    "memory-growth:limit": SeverityBands(
+        "seconds until the memory cgroup's limit at that rate", None, 3600.0, falling=True
+    ),
+    # high too with the cgroup's OOM kills, medium at least with slow calls under pressure
+    "memory-pressure": SeverityBands("the memory cgroup's usage share of its limit", 0.93, 0.97),
+    "straggler": SeverityBands("median excess over the others", 0.15, 0.25),
+    "cpu-starved": SeverityBands("the threads' share of runnable time waiting for a CPU", 0.35, 0.50),
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
 class Config:
     collect: CollectConfig = field(default_factory=CollectConfig)
     findings: FindingThresholds = field(default_factory=FindingThresholds)

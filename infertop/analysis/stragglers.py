@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from statistics import median
 from typing import TYPE_CHECKING
 
-from infertop.config import FindingThresholds
+from infertop.config import SEVERITY_BANDS, FindingThresholds
 from infertop.model.findings import Finding
 
 if TYPE_CHECKING:
@@ -167,7 +167,7 @@ def straggler_findings(
     for s in find_stragglers(steps, th, waited):
         name = names.get(s.pid, f"pid {s.pid}")
         others = [ms for pid, ms in s.median_ms.items() if pid != s.pid]
-        severity = "high" if s.excess >= 0.25 else "medium" if s.excess >= 0.15 else "low"
+        severity = SEVERITY_BANDS["straggler"].severity(s.excess, th or FindingThresholds())
         by_name = {names.get(p, f"pid {p}"): round(ms, 3) for p, ms in s.median_ms.items()}
         if unit == CALLS:
             title = (

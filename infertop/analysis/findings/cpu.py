@@ -40,4 +40,4 @@ def cpu_starved(inp: FindingInput, th: FindingThresholds) -> Finding | None:
         "wait_s": round(wait, 3),
         "processes": {str(p.pid): round(p.waited or 0.0, 4) for p in c.processes},
     }
-    return Finding("cpu-starved", _severity(waited, 0.35, 0.5), title, evidence, (), HINT)
+    return Finding("cpu-starved", _severity("cpu-starved", waited, th), title, evidence, (), HINT)

@@ -22,13 +22,10 @@ def memory_pressure(inp: FindingInput, th: FindingThresholds) -> Finding | None:
     ratio = m.reserved / m.total if m.reserved is not None and m.total else 0.0
     if ratio < th.memory_pressure_reserved and m.alloc_retries == 0 and m.ooms == 0:
         return None
-    sev = (
-        "high"
-        if m.ooms or ratio >= 0.97
-        else "medium"
-        if m.alloc_retries or ratio >= 0.93
-        else "low"
-    )
+    sev = _severity(
+        "gpu-memory-pressure", ratio, th,
+        at_least="high" if m.ooms else "medium" if m.alloc_retries else "low",
+    )  # fmt: skip
     return Finding(
         "gpu-memory-pressure",
         sev,
@@ -61,7 +58,7 @@ def fragmentation(inp: FindingInput, th: FindingThresholds) -> Finding | None:
         return None
     return Finding(
         "allocator-fragmentation",
-        _severity(share, 0.45, 0.6),
+        _severity("allocator-fragmentation", share, th),
         f"{slack / 2**30:.1f} GiB reserved but not allocated ({100 * share:.0f}% of reserved)",
         {
             "reserved": m.reserved,
@@ -93,7 +90,10 @@ def kv_cache_headroom(inp: FindingInput, th: FindingThresholds) -> Finding | Non
     if g.prompt_tokens is not None and g.new_tokens is not None:
         length = int(g.prompt_tokens.max + g.new_tokens.max)
     m = inp.memory
-    sev = "high" if need > kv.headroom_bytes or (m is not None and m.ooms) else "medium"
+    sev = _severity(
+        "kv-cache-headroom", need - kv.headroom_bytes, th,
+        at_least="high" if m is not None and m.ooms else "low",
+    )  # fmt: skip
     return Finding(
         "kv-cache-headroom",
         sev,
@@ -115,13 +115,6 @@ def kv_cache_headroom(inp: FindingInput, th: FindingThresholds) -> Finding | Non
         "length x bytes per token fits, or use a paged or quantised cache (a static cache sized "
         "up front, QuantizedCache, or a server with paged attention); see gpu-memory-pressure",
     )
-
-
-#: memory-growth's severity: medium from this rate, high from the next or where the memory
-#: cgroup's limit is an hour away at the rate (or its OOM killer struck during the session)
-GROWTH_MEDIUM_PER_H = 1 << 30
-GROWTH_HIGH_PER_H = 8 << 30
-GROWTH_LIMIT_HIGH_S = 3600.0
 
 
 def _size(n: float) -> str:
@@ -169,9 +162,9 @@ def memory_growth(inp: FindingInput, th: FindingThresholds) -> Finding | None:
     recent = p.growth_recent_bytes_per_s or 0.0
     to_limit = p.headroom / rate if p.headroom is not None else None
     per_h = rate * 3600
-    sev = _severity(per_h, GROWTH_MEDIUM_PER_H, GROWTH_HIGH_PER_H)
-    if (to_limit is not None and to_limit <= GROWTH_LIMIT_HIGH_S) or p.oom_kills_during:
-        sev = "high"
+    # high by the rate, or where the cgroup's limit is near at it, or its OOM killer struck
+    near = to_limit is not None and _severity("memory-growth:limit", to_limit, th) == "high"
+    sev = _severity("memory-growth", per_h, th, at_least="high" if near or p.oom_kills_during else "low")
     who = f"pid {p.pid}'s" if inp.host_memory_pids else "the process's"
     title = (
         f"{who} memory (RSS) grows {_size(rate)}/s ({_size(per_h)}/h) steadily for "
@@ -250,7 +243,6 @@ def host_memory_pressure(inp: FindingInput, th: FindingThresholds) -> Finding | 
     swap = max((p.swap_max or 0 for p in inp.host_memory), default=0)
     kills = sum(p.oom_kills_during or 0 for p in inp.host_memory)
     parts = []
-    sev = "medium" if slow else "low"
     evidence: dict[str, object] = {}
     if tight is not None and tight.cgroup is not None:
         cg = tight.cgroup
@@ -259,10 +251,6 @@ def host_memory_pressure(inp: FindingInput, th: FindingThresholds) -> Finding | 
             f"the memory cgroup {cg.path} is at {100 * tight_share:.0f}% of its "
             f"{_size(cg.limit)} limit ({_size(max(0, cg.limit - cg.usage))} left)"
         )
-        if tight_share >= 0.97:
-            sev = "high"
-        elif tight_share >= 0.93:
-            sev = "medium" if sev == "low" else sev
         evidence.update(
             {
                 "pid": tight.pid,
@@ -287,12 +275,14 @@ def host_memory_pressure(inp: FindingInput, th: FindingThresholds) -> Finding | 
             for st, k, x, y in slow
         ]  # fmt: skip
     if kills:
-        sev = "high"
         parts.append(f"{kills} OOM kills in the cgroup")
     evidence.update(
         {"major_faults_per_s": round(faults, 2), "swap_bytes": swap or None, "oom_kills": kills or None}
     )
     who = tight if tight is not None else None
+    # the cgroup's usage in its bands (0.0: no cgroup near its limit); high with OOM kills,
+    # medium at least with slow calls under pressure
+    sev = _severity("memory-pressure", tight_share, th, at_least="high" if kills else "medium" if slow else "low")
     return Finding(
         "memory-pressure",
         sev,

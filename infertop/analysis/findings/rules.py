@@ -1,7 +1,8 @@
 """The rules: a registry, each a pure function from evidence (``FindingInput``) to a Finding.
 
 Rules read a ``FindingInput`` (built from a Kineto trace today, from a live session's samples,
-op windows and GPU readings as those land) and the thresholds in ``config.FindingThresholds``.
+op windows and GPU readings as those land) and the thresholds in ``config.FindingThresholds``;
+each finding's severity is its band in ``config.SEVERITY_BANDS`` (``_severity``).
 Every rule is documented in docs/findings.md with its definition and where the idea is from.
 """
 
@@ -15,7 +16,7 @@ import numpy as np
 
 from infertop.agent.payload.events import SYNC_OPS
 from infertop.analysis.trace_ops import OutsideOps
-from infertop.config import FindingThresholds
+from infertop.config import SEVERITY_BANDS, FindingThresholds
 from infertop.model.findings import SEVERITY_ORDER, Finding
 from infertop.model.rows import OpRow
 from infertop.trace.gpu import GpuSummary, quantile
@@ -103,8 +104,10 @@ def rule(rule_id: str) -> Callable[[Rule], Rule]:
     return register
 
 
-def _severity(x: float, medium: float, high: float) -> str:
-    return "high" if x >= high else "medium" if x >= medium else "low"
+def _severity(band: str, x: float, th: FindingThresholds, at_least: str = "low") -> str:
+    """``x``'s severity in the bands ``SEVERITY_BANDS[band]`` (``band``: the rule's id, or
+    ``RULE:WHAT`` for its second number); ``at_least``: what other evidence makes it already."""
+    return SEVERITY_BANDS[band].severity(x, th, at_least)
 
 
 def _ops(inp: FindingInput, names: Collection[str]) -> list[OpRow]:
@@ -144,7 +147,7 @@ def memcpy_pageable(inp: FindingInput, th: FindingThresholds) -> Finding | None:
     sites = sorted({s for r in rows for s in inp.copy_sites.get((r.kind, "pageable"), ())})
     return Finding(
         "memcpy-pageable",
-        _severity(share, 0.02, 0.10),
+        _severity("memcpy-pageable", share, th),
         f"{sum(r.count for r in rows)} host↔device copies from pageable memory "
         f"({nbytes / 1e6:.1f} MB, {_ms(us)}, {100 * share:.1f}% of GPU busy time)",
         {
@@ -175,7 +178,7 @@ def memcpy_sync(inp: FindingInput, th: FindingThresholds) -> Finding | None:
     per_s = count / (inp.wall_us / 1e6)
     return Finding(
         "memcpy-sync",
-        _severity(share, 0.10, 0.25),
+        _severity("memcpy-sync", share, th),
         f"the host waits on the GPU {100 * share:.1f}% of the time ({count} blocking calls, {per_s:.1f}/s)",
         {
             "blocked_share": round(share, 4),
@@ -201,7 +204,7 @@ def memcpy_small(inp: FindingInput, th: FindingThresholds) -> Finding | None:
         return None
     return Finding(
         "memcpy-small",
-        _severity(per_s, 1000, 10000),
+        _severity("memcpy-small", per_s, th),
         f"{100 * small:.0f}% of {len(b)} transfers are under {th.memcpy_small_bytes // 1024} KiB ({per_s:.0f}/s)",
         {"transfers": int(len(b)), "small_share": round(small, 3), "per_s": round(per_s, 1),
          "median_bytes": int(quantile(b, 0.5))},  # fmt: skip
@@ -228,7 +231,7 @@ def copy_heavy(inp: FindingInput, th: FindingThresholds) -> Finding | None:
     top = sorted(copies, key=lambda o: -o.self_us)[:5]
     found = Finding(
         "copy-heavy",
-        _severity(share, 0.2, 0.35),
+        _severity("copy-heavy", share, th),
         f"tensor copies and conversions take {100 * share:.0f}% of "
         + ("forward time" if cpu_share >= gpu_share else "GPU time"),
         {
@@ -252,7 +255,7 @@ def python_overhead(inp: FindingInput, th: FindingThresholds) -> Finding | None:
     mean = o.in_ops_us / o.ops if o.ops else 0.0
     found = Finding(
         "python-overhead",
-        _severity(o.outside_share, 0.45, 0.6),
+        _severity("python-overhead", o.outside_share, th),
         f"{100 * o.outside_share:.0f}% of forward wall time is outside torch ops (Python and dispatch)",
         {"outside_share": round(o.outside_share, 4), "top_level_ops": o.ops,
          "mean_op_us": round(mean, 2), "wall_us": round(o.wall_us, 1)},  # fmt: skip
@@ -271,7 +274,7 @@ def tiny_ops(inp: FindingInput, th: FindingThresholds) -> Finding | None:
         if tiny >= th.tiny_ops_share and inp.gpu.busy_share < th.tiny_ops_gpu_busy:
             return Finding(
                 "tiny-ops",
-                _severity(tiny, 0.7, 0.9),
+                _severity("tiny-ops", tiny, th),
                 f"{100 * tiny:.0f}% of {len(k)} kernels run under {th.tiny_ops_us:g} µs and the "
                 f"GPU is busy only {100 * inp.gpu.busy_share:.0f}% of the time",
                 {"tiny_share": round(tiny, 3), "kernels": int(len(k)),
@@ -287,7 +290,7 @@ def tiny_ops(inp: FindingInput, th: FindingThresholds) -> Finding | None:
         if mean < th.tiny_ops_us and o.outside_share >= th.python_overhead_share:
             return _starved(inp, th, Finding(
                 "tiny-ops",
-                _severity(o.outside_share, 0.45, 0.6),
+                _severity("tiny-ops:cpu", o.outside_share, th),
                 f"{o.ops} top-level ops average {mean:.1f} µs and the op timeline is idle "
                 f"{100 * o.outside_share:.0f}% of the time between them",
                 {"mean_op_us": round(mean, 2), "top_level_ops": o.ops,
@@ -308,7 +311,7 @@ def gpu_idle(inp: FindingInput, th: FindingThresholds) -> Finding | None:
         return None
     return Finding(
         "gpu-idle",
-        _severity(1 - g.busy_share, 0.6, 0.8),
+        _severity("gpu-idle", 1 - g.busy_share, th),
         f"the GPU is busy {100 * g.busy_share:.0f}% of the time"
         + (f", with {len(long_gaps)} idle gaps over {th.gpu_idle_gap_ms:g} ms" if long_gaps else ""),
         {"busy_share": round(g.busy_share, 4), "busy_us": round(g.busy_us, 1), "span_us": round(g.span_us, 1),
@@ -327,7 +330,7 @@ def _gpu_idle_nvml(n: NvmlBusy, th: FindingThresholds) -> Finding | None:
         return None
     return Finding(
         "gpu-idle",
-        _severity(1 - n.busy_share, 0.6, 0.8),
+        _severity("gpu-idle", 1 - n.busy_share, th),
         f"the GPU is busy {100 * n.busy_share:.0f}% of the time while the target works (NVML)"
         + (f", with {len(long_gaps)} idle gaps over {th.gpu_idle_gap_ms:g} ms" if long_gaps else ""),
         {"source": "nvml", "busy_share": round(n.busy_share, 4), "seconds": round(n.seconds, 1),
@@ -350,7 +353,7 @@ def _stage_rule(rule_id: str, stage: str, attr: str, hint: str) -> Rule:
             # view held 5 samples of JSON encoding and nothing else in a stage: "100 %")
         return Finding(
             rule_id,
-            _severity(share, limit * 1.5, limit * 2),
+            _severity(rule_id, share, th),
             f"{stage} takes {100 * share:.0f}% of active time",
             {"share": round(share, 4), "threshold": limit},
             tuple(inp.stage_where.get(stage, ())[:5]),
@@ -396,7 +399,7 @@ def ipc_heavy(inp: FindingInput, th: FindingThresholds) -> Finding | None:
         evidence["request_p50_ms"] = round(inp.ipc_latency_ms[1], 3)
     return Finding(
         "ipc-heavy",
-        _severity(share, limit * 1.5, limit * 2),
+        _severity("ipc-heavy", share, th),
         f"the hop between processes takes {100 * share:.0f}% of request latency",
         evidence,
         tuple(inp.stage_where.get("ipc", ())[:5]),
@@ -411,7 +414,7 @@ def queue_wait(inp: FindingInput, th: FindingThresholds) -> Finding | None:
         return None
     return Finding(
         "queue-wait",
-        _severity(share, 0.45, 0.6),
+        _severity("queue-wait", share, th),
         f"requests spend {100 * share:.0f}% of their latency waiting in the batching queue",
         {"queue_share_of_latency": round(share, 4)},
         tuple(inp.stage_where.get("queue", ())[:5]),
@@ -439,7 +442,7 @@ def engine_step_overhead(inp: FindingInput, th: FindingThresholds) -> Finding | 
         evidence["step_p50_ms"] = round(inp.engine_step_ms, 3)
     return Finding(
         "engine-step-overhead",
-        _severity(share, 0.45, 0.6),
+        _severity("engine-step-overhead", share, th),
         f"the model worker spends {100 * share:.0f}% of its step outside the model's forward",
         evidence,
         tuple(w for s in ("prepare", "postprocess", "ipc") for w in inp.stage_where.get(s, ())[:2]),
@@ -456,7 +459,7 @@ def gil_contention(inp: FindingInput, th: FindingThresholds) -> Finding | None:
         return None
     return Finding(
         "gil-contention",
-        _severity(share, 0.35, 0.5),
+        _severity("gil-contention", share, th),
         f"the GIL was held without a switch {100 * share:.0f}% of the time, in stretches of "
         "10 ms or more, while other Python threads of the process waited for it",
         {"gil_wait_share": round(share, 4)},
@@ -482,7 +485,7 @@ def gc_pauses(inp: FindingInput, th: FindingThresholds) -> Finding | None:
         title += f"; a pause of {th.gc_long_pause_ms:.0f} ms or more lands in {100 * hit:.1f}% of calls"
     return Finding(
         "gc-pauses",
-        "high" if long_pauses or g.share >= 0.15 else "medium",
+        _severity("gc-pauses", g.share, th, at_least="high" if long_pauses else "low"),
         title,
         {"share": round(g.share, 4), "count": g.count, "max_ms": round(g.max_ms, 2),
          "full_collections": full.count if full else 0,
@@ -502,7 +505,7 @@ def event_loop_lag(inp: FindingInput, th: FindingThresholds) -> Finding | None:
         return None
     return Finding(
         "event-loop-lag",
-        "high" if lag.p99_ms >= 4 * th.event_loop_lag_p99_ms else "medium",
+        _severity("event-loop-lag", lag.p99_ms, th),
         f"the asyncio event loop runs callbacks late: p99 lag {lag.p99_ms:.0f} ms "
         f"(max {lag.max_ms:.0f} ms)",
         {"p50_ms": round(lag.p50_ms, 2), "p99_ms": round(lag.p99_ms, 2),
