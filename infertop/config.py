@@ -339,10 +339,8 @@ class FindingThresholds:
     cpu_starved_share: float = 0.20
     cpu_starved_min_runnable_s: float = 2.0
     #: a straggler whose process waited for a CPU this much more of its runnable time than its
-    #: peers' median, or any straggler below ``cpu_starved_slower`` while every process waited
-    #: ``cpu_starved_share`` or more: the host's doing, which cpu-starved says instead
+    #: peers' median: the host's doing, which cpu-starved says instead
     straggler_cpu_wait_margin: float = 0.05
-    cpu_starved_slower: float = 0.5
 
 
 @dataclass(frozen=True)

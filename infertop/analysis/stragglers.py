@@ -12,9 +12,9 @@ imported trace; an agent window that one step fills), else it counts as 0.
 A process is a straggler when, over the steps every compared process has, its work time is at
 least ``straggler_slower`` (10 %) above the median of the other processes' in more than
 ``straggler_steps_share`` of the steps, and its median excess is above that too -- unless
-the host's CPU explains it (``host_s_doing``): the process waited for a CPU more than its peers,
-or every process waited much of the time and the excess is within what that turn-taking makes
-of equal work. The ``cpu-starved`` finding says so instead.
+the host's CPU explains it (``host_s_doing``): the process waited for a CPU more than its peers
+did. The ``cpu-starved`` finding says so instead. (Where every process waited alike, a slower
+one is slower for its own reasons, or the host's in ways the kernel's counts do not show.)
 """
 
 from __future__ import annotations
@@ -117,9 +117,7 @@ def host_s_doing(s: Straggler, waited: dict[int, float], th: FindingThresholds) 
     others = [w for pid, w in waited.items() if pid != s.pid and pid in s.median_ms]
     if mine is None or not others:
         return False
-    if mine - median(others) >= th.straggler_cpu_wait_margin:
-        return True
-    return s.excess < th.cpu_starved_slower and min(mine, *others) >= th.cpu_starved_share
+    return mine - median(others) >= th.straggler_cpu_wait_margin
 
 
 def find_stragglers(

@@ -91,6 +91,10 @@ def test_a_target_starved_of_cpu_keeps_its_wall_shares(tmp_path) -> None:
         assert s[stage] == pytest.approx(1 / 3, abs=tol), (stage, s, n)
     # the bias itself, sharper than a share's tolerance: other read half the others (0.48)
     assert s["other"] > 0.7 * (s["tensorize"] + s["ingest"]) / 2, (s, n)
+    # and the report says why: the host is short of CPU, by the kernel's count (two thirds of
+    # the target's runnable time waiting: high from a half)
+    starved = [f for f in rep["findings"] if f["rule"] == "cpu-starved"]
+    assert [f["severity"] for f in starved] == ["high"], rep["findings"]
 
 
 def test_replay_shows_what_live_showed(tmp_path) -> None:

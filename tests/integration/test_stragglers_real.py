@@ -62,32 +62,15 @@ def test_a_slow_replica_is_a_straggler(tmp_path) -> None:
     assert f"inference {slow_no}" in found[0]["title"] and "straggler" in found[0]["title"]
 
 
-# solo: beside other tests on 2 cores one replica gets less CPU than the other, and its forward
-# calls are slower for real (18 % in more than half of the intervals, on a loaded run): a
-# straggler of the machine's making, which the rule rightly reports. Beside two CPU hogs even
-# alone (54 %): then the kernel's accounting says which replica the machine starved. And with
-# their waits equal (3.1 s and 3.2 s of 16, a fresh-clone run beside other work, 2026-12-04)
-# one came out 18 % slower a call: the same code, the same requests (the router deals them out
-# in turn), on a CPU that did less in its time (a busy sibling thread, a host that took the
-# virtual CPU away) -- which shows as more CPU time for the same work
+# solo: two equal replicas' speeds are compared, and beside other tests one of them can run on a
+# CPU that does less in its time (a busy sibling thread, a host that takes the virtual CPU
+# away): slower for real in a way the kernel's counts do not show. Where it shows (one replica
+# waited for a CPU more than the other), the rule leaves it to cpu-starved (analysis/stragglers.py, host_s_doing; tests/unit/test_stragglers_calls.py)
 @pytest.mark.solo
 def test_equal_replicas_raise_no_straggler(tmp_path) -> None:
     workers, rep, cpu = _record(tmp_path)
     found = [f for f in rep["findings"] if f["rule"] == "straggler"]
-    # equal code on unequal CPUs: waited >= 10 % of the 16 s longer, or ran >= 10 % longer for
-    # the same requests; a straggler, if any, is the one the machine handicapped
-    handicapped = {i for i, (mine, other) in enumerate([(cpu[0], cpu[1]), (cpu[1], cpu[0])])
-                   if mine[1] - other[1] > 0.1 * 16 or mine[0] > 1.1 * other[0]}  # fmt: skip
-    allowed = [[]] + [[workers[i]] for i in handicapped]
-    least_wait = min(wait for _, wait in cpu)
-    if least_wait > 0.1 * 16:  # both short of CPU: the machine was busy
-        # identical processes side by side on this VM differ by up to 14 %: a straggler of that
-        # size is the machine's noise; a slow replica's 60 % is not. Both waiting more than half
-        # the time (8.9 s of 16 each beside two CPU hogs and a busy host), a call's time is mostly
-        # its turn for a CPU and one replica's calls came out 30 %+ slower: allowed to 50 %
-        limit = 0.5 if least_wait > 0.5 * 16 else 0.25
-        allowed += [[f["pid"]] for f in found if f["evidence"]["excess"] < limit]
-    assert [f["pid"] for f in found] in allowed, (found, cpu)
+    assert found == [], (found, cpu)
     # and there was something to compare: the workers' forward calls were timed
     forward = next(s for s in rep["stages"] if s["name"] == "forward")
     assert forward.get("calls", 0) >= 100, forward
