@@ -146,6 +146,21 @@ def join_by_time(
     if not by_stage or not reqs:
         return reqs
     queues = {tid: _Waits(w) for tid, w in waits.items()}
+    # where a request's own thread (a sync WSGI worker's) or its own process (a thread pool's
+    # tokenizer beside an ASGI loop) made calls of a stage, only those can be its: a worker
+    # beside it serving other requests at the same time is not its pipeline; where neither
+    # did (an API process whose model runs in a worker), the calls anywhere
+    threads_with = {st: {sp.tid for sp in calls} for st, calls in by_stage.items()}
+    procs_with = {st: {owner.get(t) for t in tids} - {None} for st, tids in threads_with.items()}
+
+    def may_take(r: Request, sp: StageSpan) -> bool:
+        if r.tid in threads_with[sp.stage]:
+            return sp.tid == r.tid
+        here = owner.get(r.tid)
+        if here is not None and here in procs_with[sp.stage]:
+            return owner.get(sp.tid) == here
+        return True
+
     order = sorted(range(len(reqs)), key=lambda i: reqs[i].t_start)
     starts_in_order = [reqs[i].t_start for i in order]
     got: list[dict[str, StageSpan]] = [{} for _ in reqs]
@@ -164,7 +179,7 @@ def join_by_time(
                 r = reqs[i]
                 j = bisect.bisect_left(starts, ready(i) - 1e-6)
                 while j < len(calls) and calls[j].t_start <= r.t_end:
-                    if calls[j].t_end <= r.t_end + 1e-6:
+                    if calls[j].t_end <= r.t_end + 1e-6 and may_take(r, calls[j]):
                         got[i][stage] = calls[j]
                         break
                     j += 1
@@ -177,7 +192,7 @@ def join_by_time(
             best, best_ready = None, -1.0
             for i in (order[x] for x in range(k - 1, max(-1, k - 1 - MAX_OPEN), -1)):
                 r = reqs[i]
-                if stage in got[i] or r.t_end + 1e-6 < c.t_end:
+                if stage in got[i] or r.t_end + 1e-6 < c.t_end or not may_take(r, c):
                     continue
                 at = ready(i)
                 # ready alike (a batch's requests after its predict): the first to arrive

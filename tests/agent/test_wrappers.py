@@ -168,3 +168,48 @@ def test_a_model_under_torch_compile_is_left_alone() -> None:
     assert p.returncode == 0, p.stderr[-2000:]
     assert p.stdout.strip() == "0 [('Net.forward', 'compiled with torch.compile')]", p.stdout
     assert p.stderr == "", p.stderr[-2000:]
+
+
+def wsgi_app(environ, start_response):
+    """A WSGI app whose body is written after it returns (streamed): 3 chunks."""
+    start_response("200 OK", [("Content-Type", "text/plain")])
+
+    def chunks():
+        for i in range(3):
+            time.sleep(0.002)
+            yield b"%d" % i
+
+    return chunks()
+
+
+def test_a_wsgi_request_lasts_until_its_server_closes_the_body() -> None:
+    """A WSGI request is timed from the app's call to the server's ``close()`` of its response
+    iterable (the body written), named by method and path; one whose body its server never
+    closed is not sent. On every Python: by a wrapper."""
+    from infertop.agent.payload.stages import _wsgi_http
+    from infertop.agent.payload.wrappers import _Wrappers
+
+    spans: list = []
+    code = wsgi_app.__code__
+    timer = _Wrappers({code: "request"}, lambda *a: spans.append(a), filters={code: _wsgi_http}, bodies={code})
+    timer.install()
+    try:
+        environ = {"REQUEST_METHOD": "GET", "PATH_INFO": "/predict", "SCRIPT_NAME": ""}
+        t0 = time.perf_counter_ns()
+        body = globals()["wsgi_app"](environ, lambda *a: None)
+        returned = time.perf_counter_ns()
+        assert not spans  # still writing its body
+        assert b"".join(body) == b"012"
+        body.close()
+        t1 = time.perf_counter_ns()
+
+        globals()["wsgi_app"](dict(environ, PATH_INFO="/dropped"), lambda *a: None)
+        sent_at_once = len(spans)
+        wrapped = timer.slots[0].wrapper
+    finally:
+        timer.uninstall()
+    assert globals()["wsgi_app"] is not wrapped and globals()["wsgi_app"].__code__ is code
+    _tid, stage, start, end, request, _batch = spans[0]
+    assert stage == "request" and request == "GET /predict #1"
+    assert t0 <= start <= returned < end <= t1 and end - returned >= 6_000_000  # 3 chunks of 2 ms
+    assert sent_at_once == 1  # the second request's body was never closed: not sent

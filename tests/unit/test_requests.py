@@ -171,3 +171,23 @@ def test_a_call_the_agent_missed_shifts_no_other_request_s() -> None:
         n = int(r.id.split("#")[1]) - 1
         got = dict(r.stages).get("preprocess")
         assert got is None if n == 0 else got == pytest.approx(2.0 + 0.1 * (n % 3)), (r.id, r.stages)
+
+
+def test_each_wsgi_worker_s_requests_take_their_own_calls() -> None:
+    """Two gunicorn sync workers serve requests at the same time, each whole on its own thread:
+    a request takes its own thread's calls, never the other worker's, and nothing of it is a
+    hop between processes (``ipc``)."""
+    spans = []
+    for n in range(20):
+        for pid, shift in ((101, 0.0), (202, 0.004)):  # overlapping, the second 4 ms later
+            t = n * 0.02 + shift
+            spans.append(StageSpan(pid, "request", t, t + 0.012, f"POST /predict #{2 * n + (pid == 202) + 1}"))
+            spans.append(StageSpan(pid, "preprocess", t + 0.001, t + 0.004))
+            spans.append(StageSpan(pid, "serialize", t + 0.010, t + 0.0105))
+    s = summarize_requests(spans, 1.0, {101: 101, 202: 202})
+    assert s.joined == "time" and s.count == 40
+    br = {st: p50 for st, p50, _p99 in s.breakdown_ms}
+    assert "ipc" not in br, s.breakdown_ms
+    assert br["preprocess"] == pytest.approx(3.0, abs=0.01) and br["serialize"] == pytest.approx(0.5, abs=0.01)
+    reqs = join_by_time(requests_of(spans), spans, {101: 101, 202: 202})
+    assert all(dict(r.stages).get("other") == pytest.approx(8.5, abs=0.01) for r in reqs), reqs[:2]

@@ -249,6 +249,7 @@ class _Agent(
         self.next_model_scan = float("inf")
         self.stage_filters = {}
         self.stage_returns = {}
+        self.stage_bodies = set()
         self.generation_codes = {}
         self.statuses_sent = set()
         if self.mode == "injected":

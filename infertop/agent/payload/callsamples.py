@@ -281,8 +281,9 @@ class _CallSamplerMixin:
     def _sampled_threads(self, now):
         """{ident: native tid} of the threads to sample now."""
         out = {}
-        monitor = self.monitor
-        if monitor is not None:
+        for monitor in (self.monitor, getattr(self, "body_timer", None)):  # (WSGI on 3.12+)
+            if monitor is None:
+                continue
             for ident, opened in list(monitor.open.items()):
                 if opened:
                     out[ident] = monitor.natives.get(ident, 0)

@@ -23,6 +23,7 @@ from infertop.agent.payload.monitor import _Monitor
 from infertop.agent.payload.stages import (
     _CALL_FILTERS,
     _RETURN_FILTERS,
+    BODY_FILTERS,
     MAX_MODEL_CODES,
     find_known_codes,
     find_model_codes,
@@ -308,7 +309,7 @@ class _ServingMixin:
         new = self.config
         codes = dict(self.pattern_codes)
         models = self.model_codes
-        filters, returns = {}, {}
+        filters, returns, bodies = {}, {}, set()
         gen_codes = self._generation_codes(new, models)
         for code, kind in gen_codes.items():
             if kind == "call" and code not in codes:
@@ -321,6 +322,8 @@ class _ServingMixin:
                         filters[code] = _CALL_FILTERS[filt]
                     elif filt in _RETURN_FILTERS:
                         returns[code] = _RETURN_FILTERS[filt]
+                    if filt in BODY_FILTERS:
+                        bodies.add(code)
         if len(codes) > MAX_STAGE_FUNCTIONS:
             # a pattern such as "*" would time every call in the target
             self._status_once(
@@ -336,6 +339,7 @@ class _ServingMixin:
         self.stage_codes = codes
         self.stage_filters = {c: f for c, f in filters.items() if c in codes}
         self.stage_returns = {c: f for c, f in returns.items() if c in codes}
+        self.stage_bodies = {c for c in bodies if c in codes}
         self.generation_codes = gen_codes if codes else {}
         if was_running or (self.started and codes):
             self._start_monitor()

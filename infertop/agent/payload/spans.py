@@ -30,6 +30,8 @@ class _SpansMixin:
         self.stage_codes = {}
         self.stage_filters = {}
         self.stage_returns = {}
+        self.stage_bodies = set()  # codes whose calls end when their response body is closed
+        self.body_timer = None  # their wrappers beside the sys.monitoring monitor (3.12+)
         self.generation_codes = {}
         self.generations = None
 
@@ -104,9 +106,25 @@ class _SpansMixin:
         gens = _Generations(self.generation_codes) if self.generation_codes else None
         # sys.monitoring where it exists (3.12+); before it, the functions wrapped in place
         timer = _Monitor if _Monitor.available() else _Wrappers
+        bodies = self.stage_bodies
+        codes = self.stage_codes
+        if timer is _Monitor and bodies:
+            # a WSGI request ends when the server closes its body, not at a return: wrapped on
+            # every Python, beside the monitor of the rest
+            codes = {c: s for c, s in codes.items() if c not in bodies}
+            side = _Wrappers(
+                {c: s for c, s in self.stage_codes.items() if c in bodies}, self._push_span,
+                self.stage_filters, ignore=(own,), bodies=bodies,
+            )  # fmt: skip
+            try:
+                side.install()
+                self.body_timer = side
+                self._say_unreached(side)
+            except Exception:
+                side.uninstall()
         monitor = timer(
-            self.stage_codes, self._push_span, self.stage_filters, ignore=(own,), generations=gens,
-            returns=self.stage_returns,
+            codes, self._push_span, self.stage_filters, ignore=(own,), generations=gens,
+            returns=self.stage_returns, **({"bodies": bodies} if timer is _Wrappers else {}),
         )
         try:
             monitor.install()
@@ -139,12 +157,14 @@ class _SpansMixin:
 
     def _stop_monitor(self):
         monitor, self.monitor = self.monitor, None
+        side, self.body_timer = self.body_timer, None
         self.generations = None
-        if monitor is not None:
-            try:
-                monitor.uninstall()
-            except Exception:
-                pass
+        for timer in (monitor, side):
+            if timer is not None:
+                try:
+                    timer.uninstall()
+                except Exception:
+                    pass
 
     def _stop_collection(self):
         self._remove_sink()

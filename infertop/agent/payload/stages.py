@@ -104,6 +104,11 @@ KNOWN_ENTRY_POINTS = (
     # timed (``_vllm_finished``), and sent as that request's parts under vLLM's request id
     ("request", "vllm.v1.metrics.stats", "IterationStats.update_from_finished_request", "vllm_finished"),
     ("step", "vllm.v1.engine.core", "EngineCore.step_with_batch_queue", "step_ran"),
+    # a WSGI app's requests (gunicorn's sync and gthread workers, werkzeug's server, any WSGI
+    # server): from the app's call to the server's close of its response iterable (the body
+    # written), timed by a wrapper on every Python (``wrappers.py``: the end is not a return)
+    ("request", "flask.app", "Flask.wsgi_app", "wsgi"),
+    ("request", "django.core.handlers.wsgi", "WSGIHandler.__call__", "wsgi"),
 )
 #: framework base classes whose subclasses' handler methods the agent times the same way:
 #: (module, class, ((method, stage), ...)); only methods a subclass defines itself (the user's)
@@ -258,6 +263,20 @@ def _asgi_http(frame):
     return ("%s %s" % (scope.get("method") or "?", scope.get("path") or "/"))[:200]
 
 
+def _wsgi_http(frame):
+    """A WSGI request's method and path ("GET /predict") from its ``environ``, else None."""
+    environ = frame.f_locals.get("environ")
+    if not isinstance(environ, dict) or "REQUEST_METHOD" not in environ:
+        return None
+    path = (environ.get("SCRIPT_NAME") or "") + (environ.get("PATH_INFO") or "/")
+    return ("%s %s" % (environ.get("REQUEST_METHOD") or "?", path or "/"))[:200]
+
+
+#: filters whose calls end when the server closes what they return (a WSGI response
+#: iterable), not when they return: always timed by wrappers (``wrappers.py``)
+BODY_FILTERS = ("wsgi",)
+
+
 #: vLLM's finished requests read by ``_vllm_finished``, until the agent sends them: (native
 #: tid, unix s at the read, arrival unix s, queued, scheduled, first token, last token (the
 #: engine core's time.monotonic() s: perf_counter's clock on Linux), first-token latency s,
@@ -287,7 +306,7 @@ def _vllm_finished(frame):
 #: filters a known entry point's call must pass to be timed (called with its frame): what
 #: they return names the call (its request id is that name and a number: "POST /embed #17"),
 #: and a call they return nothing for is not timed
-_CALL_FILTERS = {"asgi_http": _asgi_http, "vllm_finished": _vllm_finished}
+_CALL_FILTERS = {"asgi_http": _asgi_http, "vllm_finished": _vllm_finished, "wsgi": _wsgi_http}
 
 
 def _batch_taken(retval):

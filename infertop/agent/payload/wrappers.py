@@ -232,6 +232,30 @@ def compiled_model_classes():
     return out
 
 
+class _ResponseBody:
+    """A WSGI response iterable, passed through: iterating it is iterating the app's;
+    ``close()`` closes the app's and then ends the request (``done``), once."""
+
+    __slots__ = ("body", "done")
+
+    def __init__(self, body, done):
+        self.body = body
+        self.done = done
+
+    def __iter__(self):
+        return iter(self.body)
+
+    def close(self):
+        try:
+            close = getattr(self.body, "close", None)
+            if close is not None:
+                close()
+        finally:
+            done, self.done = self.done, None
+            if done is not None:
+                done()
+
+
 class _Wrappers:
     """Per-call timings of chosen functions by wrapping them in place (Python < 3.12).
 
@@ -246,8 +270,11 @@ class _Wrappers:
     nested calls stay part of them. ``install`` replaces the dictionary entries
     (``find_slots``) and ``uninstall`` puts back every one that still holds its wrapper."""
 
-    def __init__(self, codes, push, filters=None, ignore=(), generations=None, returns=None):
+    def __init__(self, codes, push, filters=None, ignore=(), generations=None, returns=None, bodies=()):
         self.codes = dict(codes)
+        #: codes whose call ends when the server closes the response iterable it returned (a
+        #: WSGI app's): a call's span is sent then, from the wrapper around that iterable
+        self.bodies = frozenset(bodies)
         self.gen = generations
         self.gen_codes = dict(generations.codes) if generations is not None else {}
         self.push = push
@@ -379,6 +406,7 @@ class _Wrappers:
         kind = self.gen_codes.get(code)
         filt = self.filters.get(code)
         keep = self.returns.get(code)
+        body = code in self.bodies
         sized = stage == "forward" and kind != "call"
         get_ident = threading.get_ident
         clock = time.perf_counter_ns
@@ -410,6 +438,9 @@ class _Wrappers:
                 if call is not None and call[0] is None and not on_stack(getframe(1), call[1], call[2], ADOPT_DEPTH):
                     del opened[stage]  # a call running at install has ended
                     call = None
+                if call is not None and body and call[1] == "body":
+                    del opened[stage]  # a response its server never closed: given up
+                    call = None
                 if call is not None:
                     call = None  # inside a call of its stage: part of it
                 else:
@@ -439,10 +470,28 @@ class _Wrappers:
                 except Exception:
                     pass
             if call is not None:
+                if body:
+                    return timer._body(ident, opened, stage, call, ret, args, kwargs, code)
                 timer._finish(ident, opened, stage, call, end, ret, keep)
             return ret
 
         return infertop_timed
+
+    def _body(self, ident, opened, stage, call, ret, args, kwargs, code):
+        """A WSGI app's response: passed on in a wrapper whose ``close()`` (the server calls it
+        once the body is written, PEP 3333) ends the request; a file the server may send
+        itself (``wsgi.file_wrapper``) ends it now."""
+        try:
+            environ = _ArgsView(code, args, kwargs).f_locals.get("environ")
+            sendable = environ.get("wsgi.file_wrapper") if isinstance(environ, dict) else None
+            if isinstance(sendable, type) and isinstance(ret, sendable):
+                self._finish(ident, opened, stage, call, time.perf_counter_ns(), ret, None)
+                return ret
+            call[1] = "body"  # open until its server closes it
+            clock = time.perf_counter_ns
+            return _ResponseBody(ret, lambda: self._finish(ident, opened, stage, call, clock(), None, None))
+        except Exception:
+            return ret
 
     def _finish(self, ident, opened, stage, call, end, ret, keep):
         try:
