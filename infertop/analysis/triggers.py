@@ -8,7 +8,12 @@ a ``Firing`` (which trigger, and why in words) or None. Two kinds (docs/watch.md
   rate. It needs data first: 20 s of the stage's history, enough calls in both windows, at
   least 3 calls over the threshold that ended at least 1 s apart (one slow call, or a burst of
   late ones from a moment's CPU starvation, is not a spell) and a difference of at least 1 ms,
-  so a steady load never fires.
+  so a steady load never fires. And the slow calls must be more than the stage's own mix
+  makes likely: a workload whose normal holds a rare slow path (a tokenizer's 60 ms in 3 % of
+  its calls, a collection every few seconds) lifts a 2 s window's p95 past twice the minute's
+  now and then, a 5 % quantile on the edge of a 3 % mode; the window's count of calls over the
+  threshold is judged against the baseline's share of such calls (a binomial tail under
+  ``SURPRISE``), so its normal never fires and a spell, which makes most calls slow, does.
 - **rules** (``parse_rule``): ``forward.p99>250ms``, ``preprocess.p95>40ms``,
   ``forward.rate<5/s``, evaluated over the last ``window_s``.
 
@@ -58,6 +63,10 @@ MIN_SLOW_CALLS = 3  # calls over the threshold: a spell, not one slow call
 #: test run beside three others: a quiet target's 8 ms calls at p95 28 ms for one window
 MIN_SPELL_S = 1.0
 MIN_DELTA_MS = 1.0  # a p95 that grew by less than this is noise, whatever the factor
+#: the window's slow calls must be this unlikely (or less) from the baseline's share of calls
+#: over the same threshold: at a check a second, about one chance firing in a day of a
+#: workload whose mix does not change
+SURPRISE = 1e-5
 RATE_FACTOR = 0.5  # a call rate below RATE_FACTOR × the baseline's rate
 #: the auto trigger's rate is counted over this many seconds, not the 2 s window: on a shared
 #: machine a target starved of CPU for a second or two halves a 2 s rate (measured on a CI run
@@ -174,6 +183,7 @@ class _Stage:
     ms: list[float] = field(default_factory=list)
     base_p95: float | None = None  # the baseline's p95, as of base_at
     base_at: float = -math.inf
+    base_sorted: list[float] = field(default_factory=list)  # the baseline's durations, as of base_at
 
     def add(self, end: float, ms: float) -> None:
         if not self.ends or end >= self.ends[-1]:
@@ -208,6 +218,25 @@ class _Stage:
         """Sorted durations of the calls that ended in (t0, t1]."""
         lo, hi = bisect.bisect_right(self.ends, t0), bisect.bisect_right(self.ends, t1)
         return sorted(self.ms[lo:hi])
+
+
+def binomial_tail(k: int, n: int, p: float) -> float:
+    """P(X >= k) for X ~ Binomial(n, p), summed from k up (a small tail keeps its precision)."""
+    if k <= 0:
+        return 1.0
+    if k > n or p <= 0.0:
+        return 0.0
+    if p >= 1.0:
+        return 1.0
+    log_p, log_q = math.log(p), math.log1p(-p)
+    total = 0.0
+    for i in range(k, n + 1):
+        ways = math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1)
+        term = math.exp(ways + i * log_p + (n - i) * log_q)
+        total += term
+        if term < total * 1e-12:
+            break
+    return min(1.0, total)
 
 
 def _odds(share: float) -> float:
@@ -321,6 +350,15 @@ class Triggers:
             firing = self._starved(firing, end)
         return firing
 
+    @staticmethod
+    def _unlikely(base_sorted: list[float], limit: float, slow: int, n: int) -> bool:
+        """``slow`` of ``n`` calls over ``limit`` ms is more than the baseline's own share of
+        such calls makes likely (a baseline with none counts half a call: its share is
+        unknown below that)."""
+        over = len(base_sorted) - bisect.bisect_right(base_sorted, limit)
+        share = max(over, 0.5) / max(1, len(base_sorted))
+        return binomial_tail(slow, n, share) < SURPRISE
+
     def _rules(self, now: float, end: float) -> Firing | None:
         w = self.window_s
         for rule in self.rules:
@@ -355,7 +393,8 @@ class Triggers:
             if len(current) >= MIN_CALLS_NOW and n_base >= MIN_CALLS_BASE:
                 every = BASELINE_EVERY_S * (5 if n_base > BIG_BASELINE else 1)
                 if st.base_p95 is None or now - st.base_at >= every:
-                    st.base_p95 = percentile(sorted(st.ms[lo:hi]), 95)
+                    st.base_sorted = sorted(st.ms[lo:hi])
+                    st.base_p95 = percentile(st.base_sorted, 95)
                     st.base_at = now
                 base = st.base_p95
                 p95 = percentile(current, 95)
@@ -365,6 +404,7 @@ class Triggers:
                     p95 - base >= MIN_DELTA_MS
                     and len(slow) >= MIN_SLOW_CALLS
                     and st.slow_span(slow) >= MIN_SPELL_S
+                    and self._unlikely(st.base_sorted, limit, len(slow), len(current))
                 ):
                     reason = (
                         f"{name}.p95 {ms_text(p95)} > {AUTO_FACTOR:g}× {base_s:.0f} s p95 "
