@@ -24,6 +24,11 @@ STACKS = {
     "litserve-forward": ("/site/litserve/loops.py", "run_single_loop", "/site/torch/nn/modules/module.py",
                          "Module._call_impl"),
     "forward": ("/srv/worker.py", "main", "/site/torch/nn/modules/module.py", "Module._call_impl"),
+    # a gunicorn sync worker that serves the request and runs the model in it
+    "gunicorn-forward": ("/site/gunicorn/workers/sync.py", "SyncWorker.handle_request",
+                         "/site/torch/nn/modules/module.py", "Module._call_impl"),
+    "gunicorn-master": ("/site/gunicorn/arbiter.py", "Arbiter.run", "/usr/lib/python3.12/selectors.py",
+                        "EpollSelector.select"),
     "tokenize": ("/srv/worker.py", "main", "/site/tokenizers/implementations/base.py",
                  "BaseTokenizer.encode_batch"),
     "plain": ("/srv/worker.py", "main", "/srv/worker.py", "crunch"),
@@ -165,3 +170,14 @@ def test_a_router_woken_in_its_waits_stays_the_router_and_batching_work_is_a_bat
                                             ("plain", 10, False)]),
     ])  # fmt: skip
     assert roles(s) == {40: "router", 41: "inference", 42: "batcher"}
+
+
+def test_a_worker_that_serves_and_runs_the_model_is_named_for_both() -> None:
+    """gunicorn's sync workers each serve HTTP and run the model: both; its master watches
+    them."""
+    s = session([
+        (70, 0, "gunicorn -w 2 app:app", [("gunicorn-master", 40, True)]),
+        (71, 70, "gunicorn -w 2 app:app", [("gunicorn-forward", 30, False), ("plain", 5, False)]),
+        (72, 70, "gunicorn -w 2 app:app", [("gunicorn-forward", 30, False), ("uvicorn", 20, True)]),
+    ])  # fmt: skip
+    assert roles(s) == {70: "supervisor", 71: "api + inference 1", 72: "api + inference 2"}

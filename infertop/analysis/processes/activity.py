@@ -71,6 +71,8 @@ class Activity:
     manager: bool = False  # runs multiprocessing's manager server
     framework: str | None = None
     stages: dict[str, int] = field(default_factory=dict)
+    #: its active ``forward`` samples with torch's code on the stack (it runs a model)
+    model: int = 0
 
     @property
     def http(self) -> bool:
@@ -83,6 +85,8 @@ class Activity:
 
 
 _SERVER_FILES = tuple(p for p in HTTP_FILES if p not in ASGI_APP_FILES)
+#: a frame in torch's own files
+TORCH_FILE = "/torch/"
 
 
 class Signs(NamedTuple):
@@ -97,6 +101,9 @@ class Signs(NamedTuple):
     #: caught in a blocking wait (a reply thread in ``select``): not the process's work, though
     #: its stage may be ``queue``
     waiting: bool
+    #: torch's code on it: the process runs a model here (not a handler named ``predict`` that
+    #: awaits another process's, as LitServe's API does)
+    torch: bool = False
 
 
 def _signs(frames: list[Frame]) -> Signs:
@@ -110,7 +117,8 @@ def _signs(frames: list[Frame]) -> Signs:
         for f in frames
     )
     framework = next((name for part, name in FRAMEWORKS if any(part in f for f in files)), None)
-    return Signs(server, asgi, hosted, supervisor, manager, framework, caught_waiting(frames))
+    torch = any(TORCH_FILE in f for f in files)
+    return Signs(server, asgi, hosted, supervisor, manager, framework, caught_waiting(frames), torch)
 
 
 #: each symbol table's stacks' signs: a stack never changes once defined, and the roles are
@@ -146,6 +154,8 @@ def activities(session: Session) -> dict[int, Activity]:
         # "batcher" (12 in 8 s; the rule's 10)
         if stage is not None and stage != IDLE and not signs.waiting:
             a.stages[stage] = a.stages.get(stage, 0) + n
+            if stage == "forward" and signs.torch:
+                a.model += n
 
     for pid, folded in session.folded_by_pid.items():
         for sid, n in folded.stacks.items():
@@ -165,6 +175,8 @@ def role_by_activity(a: Activity, has_children: bool) -> str | None:
         return "manager"  # multiprocessing's, whoever started it
     elif a.http:
         role = "api"
+        if a.active >= MIN_ACTIVE and a.model >= MIN_SHARE * a.active:
+            role = "api + inference"  # it serves and runs the model (a gunicorn sync worker)
     elif a.active >= MIN_ACTIVE:
         for stage, name in BY_STAGE:
             n = a.stages.get(stage, 0)
