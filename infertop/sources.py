@@ -38,7 +38,7 @@ from infertop.model.events import (
     ThreadDef,
 )
 from infertop.model.gpu import GpuReading
-from infertop.model.host_memory import HostMemoryReading
+from infertop.model.host_memory import HostMemoryReading, ObjectCensus
 from infertop.record.clock import started_marker
 from infertop.record.reader import Recording
 from infertop.record.writer import RecordingWriter
@@ -161,7 +161,7 @@ def event_time(ev: Event) -> float | None:
             return ev.t_end
         case CollectorStatus() | TargetExited() | Marker() | AllocatorReading() | GpuReading():
             return ev.t
-        case HostMemoryReading():
+        case HostMemoryReading() | ObjectCensus():
             return ev.t
         case LoopLag():
             return ev.t + ev.lag_s  # when it was seen

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from infertop.model.events import StageSpan
-from infertop.model.host_memory import CgroupMemory, HostMemoryReading
+from infertop.model.host_memory import CgroupMemory, HostMemoryReading, ObjectCensus
 
 #: past a live session's horizon, one reading per process is kept per this many seconds
 #: (with the bucket's peak): the slope, first and peak stay, memory stops growing
@@ -31,6 +31,15 @@ RECENT_S = 5.0  # the panel's "now" for rates
 RECENT_SHARE = 1 / 3  # the end of the fit whose own slope says whether it still grows
 MIN_RECENT_READINGS = 3
 MIN_CALLS = 10  # timed calls in the fit, for a growth per call
+#: what grows, from the agent's object censuses: at least this many censuses over this many
+#: seconds; a container or type grows when it rose between most censuses (RISING_SHARE of the
+#: pairs) and between the last two, by at least GROW_MIN_ITEMS items / GROW_MIN_OBJECTS objects
+MIN_CENSUSES = 3
+MIN_CENSUS_S = 10.0
+RISING_SHARE = 2 / 3
+GROW_MIN_ITEMS = 50
+GROW_MIN_OBJECTS = 500
+MAX_GROWING = 5  # of each: containers, types
 
 
 def thin(readings: Sequence[HostMemoryReading], every_s: float = THIN_S) -> list[HostMemoryReading]:
@@ -46,6 +55,21 @@ def thin(readings: Sequence[HostMemoryReading], every_s: float = THIN_S) -> list
             keep[key] = (got[0], i)
     wanted = sorted({i for pair in keep.values() for i in pair})
     return [readings[i] for i in wanted]
+
+
+@dataclass(frozen=True, slots=True)
+class Growing:
+    """A container or a type that grows over a process's censuses."""
+
+    what: str  # "container" (its items) or "objects" (a type's instances)
+    type: str  # the container's kind (list, dict, ...) or the type's name
+    name: str | None  # the module global that holds the container (None: none found)
+    count_first: int  # items, or objects
+    count_last: int
+    count_per_s: float
+    bytes_last: int | None  # the container's estimated bytes (None: not estimated, a type)
+    bytes_per_s: float | None
+    censuses: int  # in which it was seen
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +102,9 @@ class ProcessMemory:
     growth_per_call_bytes: float | None = None
     growth_calls: int | None = None
     growth_call_kind: str | None = None
+    #: what grows in its heap, from its agent's object censuses (containers by bytes a
+    #: second, then types by objects a second); empty: none grows, or no census
+    growing: tuple[Growing, ...] = ()
 
     @property
     def growth_s(self) -> float | None:
@@ -252,13 +279,72 @@ def _process(
     )
 
 
+def _rising(values: Sequence[int]) -> bool:
+    """Rose between most of the pairs (RISING_SHARE) and between the last two."""
+    pairs = list(zip(values, values[1:]))
+    up = sum(1 for a, b in pairs if b > a)
+    return bool(pairs) and pairs[-1][1] > pairs[-1][0] and up >= RISING_SHARE * len(pairs)
+
+
+def growing_objects(censuses: Sequence[ObjectCensus]) -> tuple[Growing, ...]:
+    """What grows over one process's censuses (in time order): its containers that keep
+    growing, by estimated bytes a second, then its types whose instances keep growing."""
+    if len(censuses) < MIN_CENSUSES or censuses[-1].t - censuses[0].t < MIN_CENSUS_S:
+        return ()
+    last = censuses[-1]
+    series: dict[tuple[int, str], list[tuple[float, int, int | None, str | None]]] = {}
+    for c in censuses:
+        for key, kind, n, size, name in c.containers:
+            series.setdefault((key, kind), []).append((c.t, n, size, name))
+    held = {(key, kind) for key, kind, *_ in last.containers}
+    boxes = []
+    for (_key, kind), got in series.items():
+        if (_key, kind) not in held or len(got) < MIN_CENSUSES:
+            continue
+        lengths = [n for _, n, _, _ in got]
+        if lengths[-1] - lengths[0] < GROW_MIN_ITEMS or not _rising(lengths):
+            continue
+        dt = got[-1][0] - got[0][0]
+        if dt <= 0:
+            continue
+        b0, b1 = got[0][2], got[-1][2]
+        per_s = (lengths[-1] - lengths[0]) / dt
+        bps = (b1 - b0) / dt if b0 is not None and b1 is not None else None
+        name = next((nm for *_, nm in reversed(got) if nm), None)
+        boxes.append(
+            Growing("container", kind, name, lengths[0], lengths[-1], per_s, b1, bps, len(got))
+        )
+    boxes.sort(key=lambda g: -(g.bytes_per_s or 0.0))
+    counts: dict[str, list[tuple[float, int]]] = {}
+    for c in censuses:
+        for tname, n in c.types:
+            counts.setdefault(tname, []).append((c.t, n))
+    kinds = []
+    for tname, seen in counts.items():
+        if len(seen) < MIN_CENSUSES or seen[-1][0] != last.t:
+            continue
+        ns = [n for _, n in seen]
+        dt = seen[-1][0] - seen[0][0]
+        if ns[-1] - ns[0] < GROW_MIN_OBJECTS or dt <= 0 or not _rising(ns):
+            continue
+        kinds.append(
+            Growing(
+                "objects", tname, None, ns[0], ns[-1], (ns[-1] - ns[0]) / dt, None, None, len(seen)
+            )
+        )
+    kinds.sort(key=lambda g: -g.count_per_s)
+    return tuple(boxes[:MAX_GROWING] + kinds[:MAX_GROWING])
+
+
 def summarize_host_memory(
     readings: Sequence[HostMemoryReading],
     calls: Mapping[int, CallTimes] | Callable[[], Mapping[int, CallTimes]] | None = None,
+    censuses: Mapping[int, Sequence[ObjectCensus]] | None = None,
 ) -> HostMemorySummary | None:
     """Each process's memory over ``readings``; None when no reading has an RSS. ``calls``:
     each process's timed calls (``call_times``), for its growth per call; a function is called
-    only where some process's growth was fitted."""
+    only where some process's growth was fitted. ``censuses``: each process's object censuses
+    (its agent's), in time order, for what grows."""
     by_pid: dict[int, list[HostMemoryReading]] = {}
     for r in readings:
         by_pid.setdefault(r.pid, []).append(r)
@@ -269,5 +355,10 @@ def summarize_host_memory(
         got = calls() if callable(calls) else calls
         procs = tuple(
             _process(p.pid, by_pid[p.pid], got.get(p.pid)) if p.pid in got else p for p in procs
+        )
+    if censuses:
+        procs = tuple(
+            replace(p, growing=growing_objects(censuses[p.pid])) if p.pid in censuses else p
+            for p in procs
         )
     return HostMemorySummary(procs) if procs else None

@@ -51,12 +51,15 @@ from infertop.model.events import (
     ThreadDef,
 )
 from infertop.model.gpu import GpuReading
-from infertop.model.host_memory import HostMemoryReading
+from infertop.model.host_memory import HostMemoryReading, ObjectCensus
 from infertop.model.symbols import SymbolTable
 
 #: generation calls a session keeps (the oldest tenth goes when there are more): a day of a
 #: busy generation loop's calls would otherwise grow without end
 MAX_GENERATIONS = 50_000
+#: the agent's object censuses kept per session (one each 10 s or more): past it, every other
+#: one of the older half goes, so the first and the newest stay
+MAX_CENSUSES = 2_000
 
 
 #: distinct collector messages a session keeps (a failing collector repeats itself)
@@ -96,6 +99,8 @@ class Session:
     #: each process's host memory (/proc and its cgroup), ordered by t; past the horizon
     #: thinned (``analysis/host_memory.thin``: each one's first, its peak, one per 30 s)
     host_memory: list[HostMemoryReading] = field(default_factory=list)
+    #: the agents' object censuses (what grows in each heap), in order of arrival
+    censuses: list[ObjectCensus] = field(default_factory=list)
     #: the agent's evidence of pauses (GC, event-loop lag) and its call samples (tail view)
     gc_pauses: list[GcPause] = field(default_factory=list)
     loop_lags: list[LoopLag] = field(default_factory=list)
@@ -235,6 +240,11 @@ class Session:
                 self._host_memory_ts.insert(i, ev.t)
                 self.host_memory.insert(i, ev)
                 self._saw(ev.t)
+            case ObjectCensus():
+                self.censuses.append(ev)
+                if len(self.censuses) > MAX_CENSUSES:
+                    half = MAX_CENSUSES // 2
+                    self.censuses[:half] = self.censuses[:half:2]
             case CpuWait():
                 self.cpu_waits.append(ev)
                 self._saw(ev.t_end)

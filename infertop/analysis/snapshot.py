@@ -53,6 +53,7 @@ from infertop.model.events import (
     TargetExited,
     TargetInfo,
 )
+from infertop.model.host_memory import ObjectCensus
 from infertop.model.rows import OpRow
 
 if TYPE_CHECKING:
@@ -282,7 +283,11 @@ def _host_memory(
         since = min((sp.t_start for sp in spans), default=None) if session.folded_spans else None
         return call_times(spans, lambda tid: session.thread_pid.get(tid) or target, since)
 
-    return summarize_host_memory(session.host_memory_upto(t), calls)
+    censuses: dict[int, list[ObjectCensus]] = {}
+    for c in session.censuses:
+        if t is None or c.t <= t:
+            censuses.setdefault(c.pid or target, []).append(c)
+    return summarize_host_memory(session.host_memory_upto(t), calls, censuses)
 
 
 def _generation(

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from infertop.model.gpu import GpuReading
-from infertop.model.host_memory import HostMemoryReading
+from infertop.model.host_memory import HostMemoryReading, ObjectCensus
 
 
 @dataclass(frozen=True, slots=True)
@@ -379,4 +379,5 @@ Event = (
     | GenerationCall
     | HostMemoryReading
     | CpuWait
+    | ObjectCensus
 )

@@ -38,3 +38,19 @@ class HostMemoryReading:
     minor_faults: int | None  # since the process started
     major_faults: int | None
     cgroup: CgroupMemory | None = None  # None: not in a memory cgroup infertop can read
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectCensus:
+    """What a process's heap held at ``t``, counted by its agent (docs/agent-protocol.md,
+    ``census``): the count of each type among the objects the garbage collector tracks (the
+    most numerous), and the longest containers with their estimated bytes and the module
+    global that holds each, if one does. Compared over time it says what grows."""
+
+    t: float
+    pid: int  # 0: the target (an agent's own events), else the process (--children)
+    objects: int  # objects the garbage collector tracks
+    cost_s: float  # the census's time on the agent's thread
+    types: tuple[tuple[str, int], ...]  # (type, count), most numerous first
+    #: (id, kind, length, estimated bytes or None, holder's name or None), longest first
+    containers: tuple[tuple[int, str, int, int | None, str | None], ...]

@@ -39,7 +39,7 @@ from infertop.model.events import (
 )
 from infertop.model.fields import as_str, decode_allocator
 from infertop.model.gpu import GpuReading
-from infertop.model.host_memory import HostMemoryReading
+from infertop.model.host_memory import HostMemoryReading, ObjectCensus
 from infertop.model.numbers import real, whole
 from infertop.record.generation_format import (
     GENERATION,
@@ -50,13 +50,20 @@ from infertop.record.generation_format import (
     encode_span_batch,
 )
 from infertop.record.gpu_format import GPU, decode_gpu_reading, encode_gpu_reading
-from infertop.record.host_memory_format import HOST_MEMORY, decode_host_memory, encode_host_memory
+from infertop.record.host_memory_format import (
+    CENSUS,
+    HOST_MEMORY,
+    decode_census,
+    decode_host_memory,
+    encode_census,
+    encode_host_memory,
+)
 from infertop.record.ops_format import OPS, OPS_BY_NAME, decode_ops, encode_ops
 from infertop.record.pause_format import CALL_SAMPLES, GC, LOOP_LAG, decode_pause, encode_pause
 
 MAGIC = b"INFERTOP"
 MAJOR = 1
-MINOR = 10
+MINOR = 11
 HEADER = struct.Struct(">8sHH")
 RECORD = struct.Struct(">II")
 MAX_RECORD = 256 * 1024 * 1024
@@ -74,6 +81,7 @@ PROCESS = 14  # added in 1.3 (--children), with code 4's trailing pid
 # 1.8: code 20, a process's host memory (/proc and its cgroup): record/host_memory_format.py
 # 1.9: code 21, an op window by field name, written instead of code 11: record/ops_format.py
 CPU_WAIT = 22  # added in 1.10: a process's threads' time on a CPU and waiting for one
+# 1.11: code 23, the agent's object census of a process's heap: record/host_memory_format.py
 
 
 def encode_event(ev: Event) -> list[Any]:
@@ -117,6 +125,8 @@ def encode_event(ev: Event) -> list[Any]:
             return encode_generation(ev)
         case HostMemoryReading():
             return encode_host_memory(ev)
+        case ObjectCensus():
+            return encode_census(ev)
         case CpuWait():
             return [CPU_WAIT, ev.t_start, ev.t_end, ev.pid, ev.run_ns, ev.wait_ns]
     raise TypeError(f"cannot encode {type(ev).__name__}")
@@ -180,6 +190,8 @@ def decode_event(raw: Any) -> Event | None:
         return decode_span_batch(f)
     if code == HOST_MEMORY:
         return decode_host_memory(f)
+    if code == CENSUS:
+        return decode_census(f)
     if code == CPU_WAIT:
         return CpuWait(real(f[0]), real(f[1]), whole(f[2]), whole(f[3]), whole(f[4]))
     return None

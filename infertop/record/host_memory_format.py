@@ -7,6 +7,12 @@ from ``/proc`` and its memory cgroup (docs/recording-format.md; ``collect/host_m
 Sizes are bytes, the fault counts and the pressure totals the kernel's since the process (the
 cgroup) began; every field after ``pid`` may be nil (the kernel did not say; ``limit`` nil: no
 limit). A reader ignores trailing fields it does not know, in the event and in ``cgroup``.
+
+Event 23 (format 1.11): the agent's object census of a process's heap (``ObjectCensus``)::
+
+    [23, t, pid, objects, cost_s, [[type, count], ...], [[id, kind, length, bytes, name], ...]]
+
+``bytes`` and ``name`` may be nil (not estimated; no module global holds the container).
 """
 
 from __future__ import annotations
@@ -14,10 +20,11 @@ from __future__ import annotations
 from typing import Any
 
 from infertop.model.fields import as_str
-from infertop.model.host_memory import CgroupMemory, HostMemoryReading
+from infertop.model.host_memory import CgroupMemory, HostMemoryReading, ObjectCensus
 from infertop.model.numbers import real, whole
 
 HOST_MEMORY = 20
+CENSUS = 23
 
 
 def _opt(x: Any) -> int | None:
@@ -54,3 +61,21 @@ def decode_host_memory(f: list[Any]) -> HostMemoryReading:
         )
     except (TypeError, IndexError) as exc:
         raise ValueError(f"malformed host memory reading: {exc}") from None
+
+
+def encode_census(c: ObjectCensus) -> list[Any]:
+    return [CENSUS, c.t, c.pid, c.objects, c.cost_s, [list(x) for x in c.types],
+            [list(x) for x in c.containers]]  # fmt: skip
+
+
+def decode_census(f: list[Any]) -> ObjectCensus:
+    """A census from its fields (after the code); a malformed one raises ValueError."""
+    try:
+        types = tuple((as_str(n), whole(k)) for n, k, *_ in f[4])
+        containers = tuple(
+            (whole(key), as_str(kind), whole(n), _opt(size), None if name is None else as_str(name))
+            for key, kind, n, size, name, *_ in f[5]
+        )
+        return ObjectCensus(real(f[0]), whole(f[1]), whole(f[2]), real(f[3]), types, containers)
+    except (TypeError, IndexError) as exc:
+        raise ValueError(f"malformed object census: {exc}") from None

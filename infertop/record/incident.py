@@ -44,7 +44,7 @@ from infertop.model.events import (
     ThreadDef,
 )
 from infertop.model.gpu import GpuReading
-from infertop.model.host_memory import HostMemoryReading
+from infertop.model.host_memory import HostMemoryReading, ObjectCensus
 from infertop.record.clock import started_marker
 from infertop.record.writer import RecordingWriter
 
@@ -59,6 +59,8 @@ def event_time(ev: Event) -> float | None:
         case SampleWindow() | StageSpan() | OpWindow() | GenerationCall() | CpuWait():
             return ev.t_end
         case CollectorStatus() | Marker() | AllocatorReading() | GpuReading() | HostMemoryReading():
+            return ev.t
+        case ObjectCensus():
             return ev.t
     return None
 

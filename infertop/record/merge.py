@@ -46,7 +46,7 @@ from infertop.model.events import (
     ThreadDef,
 )
 from infertop.model.gpu import GpuReading
-from infertop.model.host_memory import HostMemoryReading
+from infertop.model.host_memory import HostMemoryReading, ObjectCensus
 from infertop.record.clock import SYNCED, ClockAnchor, anchor_of
 from infertop.record.merge_gpu import GpuMerge
 from infertop.record.reader import read_recording
@@ -239,6 +239,8 @@ class _Merger:
                 case AllocatorReading():
                     self._time(ev.t + offset, replace(ev, t=ev.t + offset, pid=pid(ev.pid)))
                 case HostMemoryReading():
+                    self._time(ev.t + offset, replace(ev, t=ev.t + offset, pid=pid(ev.pid)))
+                case ObjectCensus():
                     self._time(ev.t + offset, replace(ev, t=ev.t + offset, pid=pid(ev.pid)))
                 case CpuWait():
                     self._time(ev.t_end + offset, replace(ev, t_start=ev.t_start + offset,

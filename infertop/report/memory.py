@@ -2,19 +2,37 @@
 from ``/proc`` and its memory cgroup (``analysis/host_memory.py``), and its lines in the text
 report.
 
-What other parts of the memory work will fill (torch's memory by stage, the allocation sites
-that grow) is ``null`` / empty here until they are measured.
+What other parts of the memory work will fill (torch's memory by stage) is ``null`` here until
+it is measured.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from infertop.analysis.host_memory import HostMemorySummary, ProcessMemory
+from infertop.analysis.host_memory import Growing, HostMemorySummary, ProcessMemory
 
 
 def _r(x: float | None, nd: int = 3) -> float | None:
     return None if x is None else round(float(x), nd)
+
+
+def growing_dict(g: Growing, pid: int | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {} if pid is None else {"pid": pid}
+    out.update(
+        {
+            "what": g.what,
+            "type": g.type,
+            "name": g.name,
+            "count": g.count_last,
+            "count_first": g.count_first,
+            "count_per_s": _r(g.count_per_s, 2),
+            "bytes": g.bytes_last,
+            "bytes_per_s": _r(g.bytes_per_s, 1),
+            "censuses": g.censuses,
+        }
+    )
+    return out
 
 
 def _process(p: ProcessMemory) -> dict[str, Any]:
@@ -36,6 +54,7 @@ def _process(p: ProcessMemory) -> dict[str, Any]:
         "oom_kills": p.oom_kills_during,
         "oom_kills_total": None if cg is None else cg.oom_kills,
         "cgroup": None if cg is None else {"version": cg.version, "path": cg.path},
+        "growing": [growing_dict(g) for g in p.growing],
     }
 
 
@@ -47,7 +66,11 @@ def memory_dict(m: HostMemorySummary | None) -> dict[str, Any] | None:
         "processes": [_process(p) for p in m.processes],
         "growth_bytes_per_s": _r(m.growth_bytes_per_s, 1),
         "torch": None,
-        "growing": [],
+        "growing": [
+            growing_dict(g, p.pid)
+            for p in sorted(m.processes, key=lambda p: -(p.growth_bytes_per_s or 0.0))
+            for g in p.growing
+        ],
     }
 
 
@@ -82,6 +105,8 @@ def memory_lines(rep: dict[str, Any]) -> list[str]:
         if p.get("major_faults_per_s"):
             line += f", {p['major_faults_per_s']:.1f} major faults/s"
         lines.append(line)
+        for g in p.get("growing") or ():
+            lines.append(f"    growing: {growing_text(g)}")
         cg = p.get("cgroup")
         if cg is None:
             continue
@@ -101,3 +126,17 @@ def memory_lines(rep: dict[str, Any]) -> list[str]:
             text += f"; {p['oom_kills_total']} OOM kills before it"
         lines.append(text)
     return lines + [""]
+
+
+def growing_text(g: dict[str, Any]) -> str:
+    """``__main__.kept (list): 900 → 1,800 items, +20.0/s, ~488.3 KiB/s`` or
+    ``__main__.Request: 300 → 900 objects, +15.0/s``."""
+    if g["what"] == "container":
+        head = f"{g['name'] or 'a ' + g['type'] + ' no module global holds'} ({g['type']})"
+        unit = "items"
+    else:
+        head, unit = g["type"], "objects"
+    text = f"{head}: {g['count_first']:,} → {g['count']:,} {unit}, +{g['count_per_s']:.1f}/s"
+    if g.get("bytes_per_s") is not None and g["bytes_per_s"] > 0:
+        text += f", ~{size(g['bytes_per_s'])}/s"
+    return text

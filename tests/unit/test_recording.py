@@ -27,6 +27,7 @@ from infertop.model.events import (
     TargetInfo,
     ThreadDef,
 )
+from infertop.model.host_memory import ObjectCensus
 from infertop.record.format import HEADER, MAGIC, MAJOR, MINOR
 from infertop.record.reader import parse_recording, read_recording
 from infertop.record.writer import RecordingWriter
@@ -55,6 +56,9 @@ EVENTS = [
     # 1.7: forward calls with their batch sizes (code 19), with and without a request id
     StageSpan(7, "forward", 1000.2, 1000.3, None, 8),
     StageSpan(7, "forward", 1000.3, 1000.35, "req-1", 1),
+    # 1.11: the agent's object census (a container no module global holds: name None)
+    ObjectCensus(1001.0, 0, 120_000, 0.012, (("dict", 40_000), ("__main__.Request", 900)),
+                 ((140_000_000_001, "list", 900, 225_000, "__main__.kept"), (2, "dict", 150, None, None))),
 ]
 
 
@@ -69,7 +73,7 @@ def test_round_trip_is_exact(tmp_path) -> None:
     p = str(tmp_path / "a.infertop")
     write(p, [EVENTS[:7], EVENTS[7:]])
     rec = read_recording(p)
-    assert rec.events == EVENTS and rec.warning is None and rec.version == (MAJOR, MINOR) == (1, 10)
+    assert rec.events == EVENTS and rec.warning is None and rec.version == (MAJOR, MINOR) == (1, 11)
 
 
 def test_truncated_file_reads_up_to_the_damage(tmp_path) -> None:

@@ -30,9 +30,9 @@ The parts, in order:
 - ``wrappers``: the timer of Python < 3.12: the same functions wrapped in place (their class's
   or module's dictionary entries), restored on detach;
 - ``memory``, ``spans``, ``pauses``, ``callsamples``, ``profiling``, ``serve``: the agent's
-  mixins, one concern each (CUDA allocator statistics; stage spans; GC pauses and event-loop
-  lag; stacks of the threads inside stage calls; duty-cycled profiler windows; the socket and
-  commands);
+  mixins, one concern each (CUDA allocator statistics and the object census; stage spans; GC
+  pauses and event-loop lag; stacks of the threads inside stage calls; duty-cycled profiler
+  windows; the socket and commands);
 - ``agent``: ``_Agent`` itself (its thread, life cycle, sessions);
 - ``start``: ``_infertop_agent_start``, what the joined text calls.
 

@@ -20,7 +20,7 @@ from infertop.agent.payload.constants import (
     SPAN_FLUSH_S,
     THREAD_NAME,
 )
-from infertop.agent.payload.memory import _MemoryMixin
+from infertop.agent.payload.memory import _CensusMixin, _MemoryMixin
 from infertop.agent.payload.pauses import _PausesMixin
 from infertop.agent.payload.profiling import _ProfilingMixin
 from infertop.agent.payload.serve import _ServingMixin
@@ -38,7 +38,8 @@ def _registered_agent():
 
 
 class _Agent(
-    _ServingMixin, _ProfilingMixin, _SpansMixin, _PausesMixin, _CallSamplerMixin, _MemoryMixin
+    _ServingMixin, _ProfilingMixin, _SpansMixin, _PausesMixin, _CallSamplerMixin, _MemoryMixin,
+    _CensusMixin,
 ):
     def __init__(self, mode, idle_exit_s=20.0):
         self.mode = mode  # "injected" or "armed"
@@ -53,6 +54,7 @@ class _Agent(
         self._init_pauses()
         self._init_call_samples()
         self._init_memory()
+        self._init_census()
         self.clock_offset_ns = time.time_ns() - time.perf_counter_ns()
         self.lock = threading.Lock()
         self.atexit_registered = False
@@ -175,7 +177,7 @@ class _Agent(
         if self.started:
             wake = min(
                 wake, self.next_span_flush, self.next_allocator, self.next_call_sample,
-                self.next_model_scan, self._pauses_due(),
+                self.next_model_scan, self._pauses_due(), self.next_census,
             )  # fmt: skip
         # rounded up: a timeout rounded down to 0 ms would spin until the deadline
         fds = self._wait_for_io(max(0, int(math.ceil((wake - now) * 1000))))
@@ -206,6 +208,7 @@ class _Agent(
         if now >= self.next_allocator:
             self.next_allocator = now + ALLOCATOR_EVERY_S
             self._send_allocator()
+        self._tick_census(now)
 
     def _shutdown(self):
         # the socket goes first: a client waiting for it to vanish need not wait for the rest
@@ -252,6 +255,7 @@ class _Agent(
         self.stage_bodies = set()
         self.generation_codes = {}
         self.statuses_sent = set()
+        self.next_census = float("inf")
         if self.mode == "injected":
             self.stop_requested = True
 
@@ -264,6 +268,7 @@ class _Agent(
             self.next_span_flush = now + SPAN_FLUSH_S
             self.next_allocator = now
             self.next_model_scan = now + MODEL_SCAN_S
+            self._start_census(now)
             self.clock_offset_ns = time.time_ns() - time.perf_counter_ns()
         self._install_sink()
         if self.stage_codes and self.monitor is None:

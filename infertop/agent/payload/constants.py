@@ -58,6 +58,22 @@ MAX_STAGE_FUNCTIONS = 1000  # functions the stage rules may have timed (sys.moni
 #: often enough to catch a forward that runs a few percent of the time within seconds
 MODEL_SCAN_S = 0.1
 ALLOCATOR_EVERY_S = 1.0
+#: the object census (memory.py, ``object_census``): what grows in the target's heap, by type
+#: and by its largest containers. The first one this long after start, then one each
+#: CENSUS_EVERY_S or, on a heap where one costs more, as often as CENSUS_BUDGET of a core
+#: allows (measured: ~0.1 us per object tracked by the GC on the agent's thread, which gives
+#: the GIL up at the switch interval; gc.get_objects alone holds it ~10 ns per object)
+CENSUS_FIRST_S = 2.0
+CENSUS_EVERY_S = 10.0
+CENSUS_BUDGET = 0.005
+CENSUS_TYPES = 30  # the most numerous types sent
+CENSUS_CONTAINERS = 20  # the longest lists, dicts, sets and deques sent
+CENSUS_MIN_LEN = 100  # shorter containers are not followed
+CENSUS_ITEMS_SIZED = 16  # items of a container whose sizes estimate its bytes
+CENSUS_NAME_ENTRIES = 200000  # module globals (and their objects' attributes) read for names
+#: no census on a heap of more blocks than this (sys.getallocatedblocks): the list of its
+#: objects alone would take 8 bytes each, and the census seconds of the GIL's time
+CENSUS_MAX_BLOCKS = 5000000
 SEND_TIMEOUT_S = 5.0
 KINETO_QUIET_LEVEL = 6  # above every libkineto level (VERBOSE 0 ... USDT 5)
 C10_QUIET_LEVEL = 2  # c10's LOG threshold while a window stops: errors only (INFO 0, WARNING 1)

@@ -1,10 +1,26 @@
-"""The agent's CUDA caching-allocator statistics, and giving a window's memory back."""
+"""The agent's CUDA caching-allocator statistics, giving a window's memory back, and the object
+census: what grows in the target's heap (docs/agent-protocol.md, ``census``)."""
 
 from __future__ import annotations
 
+import collections
+import gc
+import itertools
+import sys
 import time
 
 # -- imported as a module (payload_source leaves these lines out) --
+from infertop.agent.payload.constants import (
+    CENSUS_BUDGET,
+    CENSUS_CONTAINERS,
+    CENSUS_EVERY_S,
+    CENSUS_FIRST_S,
+    CENSUS_ITEMS_SIZED,
+    CENSUS_MAX_BLOCKS,
+    CENSUS_MIN_LEN,
+    CENSUS_NAME_ENTRIES,
+    CENSUS_TYPES,
+)
 from infertop.agent.payload.window import _cuda_in_use, _torch
 
 # -- end --
@@ -68,3 +84,126 @@ def _trim_heap():
             fn(0)
     except Exception:
         _malloc_trim[:] = [None]
+
+
+def _container_bytes(obj, n):
+    """A container's bytes and its items', estimated from CENSUS_ITEMS_SIZED items spread
+    over it (for a dict: its values and keys)."""
+    getsizeof = sys.getsizeof
+    try:
+        own = getsizeof(obj)
+        if isinstance(obj, dict):
+            items = list(itertools.islice(obj.items(), 0, n, max(1, n // CENSUS_ITEMS_SIZED)))
+            sized = [getsizeof(k) + getsizeof(v) for k, v in items]
+        elif isinstance(obj, (list, collections.deque)):
+            step = max(1, n // CENSUS_ITEMS_SIZED)
+            sized = [getsizeof(obj[i]) for i in range(0, n, step)][:CENSUS_ITEMS_SIZED]
+        else:
+            sized = [getsizeof(x) for x in itertools.islice(obj, CENSUS_ITEMS_SIZED)]
+    except Exception:
+        return None
+    if not sized:
+        return own
+    return int(own + n * sum(sized) / len(sized))
+
+
+def _names_of(wanted):
+    """{id: "module.name" or "module.name.attr"} for the objects of ``wanted`` (ids) that a
+    module global, or an attribute of one, holds; CENSUS_NAME_ENTRIES entries read at most."""
+    found = {}
+    budget = CENSUS_NAME_ENTRIES
+    for modname, mod in list(sys.modules.items()):
+        try:
+            entries = list(vars(mod).items())
+        except Exception:
+            continue
+        for key, value in entries:
+            budget -= 1
+            if id(value) in wanted and id(value) not in found:
+                found[id(value)] = "%s.%s" % (modname, key)
+            attrs = getattr(value, "__dict__", None)
+            if type(attrs) is dict and not isinstance(value, type) and type(value).__name__ != "module":
+                for attr, inner in list(attrs.items())[:256]:
+                    budget -= 1
+                    if id(inner) in wanted and id(inner) not in found:
+                        found[id(inner)] = "%s.%s.%s" % (modname, key, attr)
+            if budget <= 0 or len(found) == len(wanted):
+                return found
+    return found
+
+
+def object_census(names=None):
+    """What the target's heap holds now: the count of each type among the objects the garbage
+    collector tracks (containers and instances: not str, bytes or numbers, which the
+    containers hold), and its longest containers (lists, dicts, sets, deques: their id, kind,
+    length, estimated bytes and the module global that holds them, if one does). ``names``:
+    {id: name} found before, reused (a container keeps its id while it lives)."""
+    started = time.perf_counter()
+    objs = gc.get_objects()
+    counts = {}
+    longest = []  # (length, id)
+    kinds = (list, dict, set, collections.deque)
+    for i, obj in enumerate(objs):
+        tp = type(obj)
+        counts[tp] = counts.get(tp, 0) + 1
+        if tp in kinds or isinstance(obj, kinds):
+            try:
+                n = len(obj)
+            except Exception:
+                continue
+            if n >= CENSUS_MIN_LEN:
+                longest.append((n, i))
+        if i % 50000 == 49999:
+            time.sleep(0)  # give the GIL to the target's threads between chunks
+    longest.sort(reverse=True)
+    top = [(n, objs[i]) for n, i in longest[:CENSUS_CONTAINERS]]
+    del objs, longest
+    names = dict(names or {})
+    missing = {id(o) for _, o in top if id(o) not in names}
+    if missing:
+        names.update(_names_of(missing))
+    containers = [
+        [id(o), type(o).__name__, n, _container_bytes(o, n), names.get(id(o))] for n, o in top
+    ]
+    del top
+    types = sorted(counts.items(), key=lambda kv: -kv[1])[:CENSUS_TYPES]
+    return {
+        "type": "census",
+        "t": time.time(),
+        "objects": sum(counts.values()),
+        "types": [[_type_name(tp), n] for tp, n in types],
+        "containers": containers,
+        "cost_s": time.perf_counter() - started,
+    }, {c[0]: c[4] for c in containers if c[4]}
+
+
+def _type_name(tp):
+    mod = getattr(tp, "__module__", None)
+    name = getattr(tp, "__qualname__", None) or tp.__name__
+    return name if mod in (None, "builtins") else "%s.%s" % (mod, name)
+
+
+class _CensusMixin:
+    """The object census, one each CENSUS_EVERY_S (or as the budget allows) while started."""
+
+    def _init_census(self):
+        self.next_census = float("inf")
+        self.census_names = {}
+
+    def _start_census(self, now):
+        self.next_census = now + CENSUS_FIRST_S
+
+    def _tick_census(self, now):
+        if now < self.next_census:
+            return
+        blocks = sys.getallocatedblocks()
+        if blocks > CENSUS_MAX_BLOCKS:
+            self.next_census = float("inf")
+            self._status_once(
+                "census", "running",
+                "no object census: the heap holds %d blocks, over %d" % (blocks, CENSUS_MAX_BLOCKS),
+            )  # fmt: skip
+            return
+        msg, self.census_names = object_census(self.census_names)
+        self.next_census = time.monotonic() + max(CENSUS_EVERY_S, msg["cost_s"] / CENSUS_BUDGET)
+        self._send(msg)

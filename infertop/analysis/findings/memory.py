@@ -11,7 +11,7 @@ from infertop.config import FindingThresholds
 from infertop.model.findings import Finding
 
 if TYPE_CHECKING:
-    from infertop.analysis.host_memory import ProcessMemory
+    from infertop.analysis.host_memory import Growing, ProcessMemory
 
 
 @rule("gpu-memory-pressure")
@@ -133,6 +133,13 @@ def _duration(s: float) -> str:
     return f"{s:.0f} s"
 
 
+def _growing_where(g: Growing) -> str:
+    """``__main__.kept (a list, +20.0 items/s)``, ``__main__.Request (+15.0 objects/s)``."""
+    if g.what == "container":
+        return f"{g.name or 'an unnamed ' + g.type} (a {g.type}, +{g.count_per_s:.1f} items/s)"
+    return f"{g.type} (+{g.count_per_s:.1f} objects/s)"
+
+
 def steady_growth(p: ProcessMemory, th: FindingThresholds) -> bool:
     """The process's RSS rises along a line past warm-up (R², long enough, by enough) and
     still rises at its end: neither warm-up, noise, nor a cache that filled and stays flat."""
@@ -174,6 +181,9 @@ def memory_growth(inp: FindingInput, th: FindingThresholds) -> Finding | None:
         title += f", {_size(p.growth_per_call_bytes)} per {p.growth_call_kind}"
     if to_limit is not None:
         title += f"; its memory cgroup's limit is {_duration(max(0.0, to_limit))} away at this rate"
+    if p.growing:
+        g = p.growing[0]
+        title += f"; growing: {_growing_where(g)}"
     warmup = (p.growth_t0 or p.t_first) - p.t_first
     return Finding(
         "memory-growth",
@@ -197,8 +207,14 @@ def memory_growth(inp: FindingInput, th: FindingThresholds) -> Finding | None:
             "to_limit_s": None if to_limit is None else round(max(0.0, to_limit), 1),
             "oom_kills": p.oom_kills_during,
             "also_growing": [q.pid for q in growing[1:]],
+            "growing": [
+                {"what": g.what, "type": g.type, "name": g.name, "count": g.count_last,
+                 "count_per_s": round(g.count_per_s, 2),
+                 "bytes_per_s": None if g.bytes_per_s is None else round(g.bytes_per_s, 1)}
+                for g in p.growing
+            ],
         },  # fmt: skip
-        (),
+        tuple(_growing_where(g) for g in p.growing),
         "something keeps memory per request or per call: look for caches without a bound "
         "(functools.lru_cache(maxsize=None), dicts keyed by request or prompt), lists that "
         "collect outputs, logs or tensors, and tensors kept with their autograd graph (run "

@@ -33,6 +33,7 @@ from infertop.model.events import (
     OpWindow,
     StageSpan,
 )
+from infertop.model.host_memory import ObjectCensus
 
 NO_TORCH_RECHECK_S = 5.0  # a process without torch is looked at again after this long
 MAX_AGENTS = 16  # a pool of hundreds of workers gets agents in the first ones only
@@ -146,7 +147,9 @@ class ChildAgents:
     # -- events -----------------------------------------------------------------------------
     def _tag(self, pid: int, ev: Event) -> Event | None:
         """An event of the agent in ``pid``, as the session should see it."""
-        if isinstance(ev, (OpWindow, AllocatorReading, GcPause, LoopLag, RawCallSamples, GenerationCall)):
+        if isinstance(
+            ev, (OpWindow, AllocatorReading, GcPause, LoopLag, RawCallSamples, GenerationCall, ObjectCensus)
+        ):
             return replace(ev, pid=pid)
         if isinstance(ev, StageSpan):
             return ev  # thread ids name their process

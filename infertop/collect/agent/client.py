@@ -33,6 +33,7 @@ from infertop.model.events import (
     TargetInfo,
 )
 from infertop.model.fields import decode_allocator, decode_op_window
+from infertop.model.host_memory import ObjectCensus
 from infertop.model.numbers import real, whole
 
 PROTOCOL = protocol.VERSION
@@ -120,6 +121,23 @@ def _generation(r: list[Any]) -> GenerationCall:
     )  # fmt: skip
 
 
+def _census(msg: dict[str, Any]) -> ObjectCensus:
+    """A ``census`` message (docs/agent-protocol.md): the target's heap by type and its longest
+    containers."""
+
+    def opt_int(x: Any) -> int | None:
+        return None if x is None else whole(x)
+
+    return ObjectCensus(
+        real(msg["t"]), 0, whole(msg["objects"]), real(msg["cost_s"]),
+        tuple((str(n), whole(k)) for n, k, *_ in msg["types"]),
+        tuple(
+            (whole(key), str(kind), whole(n), opt_int(size), None if name is None else str(name))
+            for key, kind, n, size, name, *_ in msg["containers"]
+        ),
+    )  # fmt: skip
+
+
 def convert(msg: dict[str, Any]) -> list[Event]:
     """Events for one pushed message; [] for types this client does not know (protocol: new
     types may appear). Raises ValueError (or TypeError, KeyError) when a known one is malformed."""
@@ -148,6 +166,8 @@ def convert(msg: dict[str, Any]) -> list[Event]:
     if kind == "allocator":
         keys = ("t", "device", "allocated", "reserved", "peak_allocated", "alloc_retries", "ooms")
         return [decode_allocator([msg[k] for k in keys])]
+    if kind == "census":
+        return [_census(msg)]
     if kind == "status":
         state = str(msg.get("state", "running"))
         state = state if state in STATES else NO_WINDOWS.get(state, "running")

@@ -1,0 +1,144 @@
+"""What grows in a heap: the agent's object census (run here, in this process, as the payload
+runs in a target), its message, its recording event, and what the report and memory-growth
+make of censuses over time."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import msgpack
+import pytest
+
+from infertop.agent.payload.memory import object_census
+from infertop.analysis.findings import RULES, FindingInput
+from infertop.analysis.host_memory import growing_objects, summarize_host_memory
+from infertop.cli import main
+from infertop.collect.agent.client import convert
+from infertop.config import FindingThresholds
+from infertop.model.events import TargetInfo
+from infertop.model.host_memory import HostMemoryReading, ObjectCensus
+from infertop.record.format import decode_event, encode_event
+from infertop.record.writer import RecordingWriter
+
+MIB = 1024**2
+
+#: a module global the census finds by name (``tests.unit.test_object_census.KEPT`` or the
+#: module's name as imported)
+KEPT: list[bytes] = []
+
+
+class Request:
+    def __init__(self, i: int) -> None:
+        self.i = i
+
+
+def test_the_census_counts_types_and_names_the_growing_list() -> None:
+    held = []
+    names: dict[int, str] = {}
+    censuses = []
+    try:
+        for _ in range(3):
+            KEPT.extend(bytes(1000) for _ in range(500))
+            held.extend(Request(i) for i in range(1000))
+            msg, names = object_census(names)
+            censuses.append(msg)
+    finally:
+        KEPT.clear()
+    msg = censuses[-1]
+    assert msg["type"] == "census" and msg["objects"] > 3000 and msg["cost_s"] > 0
+    mine = [c for c in msg["containers"] if c[0] == id(KEPT)]
+    (key, kind, n, size, name) = mine[0]
+    assert (kind, n) == ("list", 1500) and name is not None and name.endswith(".KEPT")
+    assert 1500 * 1000 <= size < 1500 * 1200  # the items' bytes, estimated from a few
+    types = dict(msg["types"])
+    assert types[f"{__name__}.Request"] >= 3000
+    # the message, as the client reads it, and as a recording keeps it
+    (ev,) = convert(json.loads(json.dumps(msg)))
+    assert isinstance(ev, ObjectCensus) and ev.pid == 0 and ev.objects == msg["objects"]
+    assert (key, "list", 1500, size, name) in ev.containers
+    assert decode_event(msgpack.unpackb(msgpack.packb(encode_event(ev)))) == ev
+
+
+def census(t: float, containers=(), types=()) -> ObjectCensus:  # type: ignore[no-untyped-def]
+    return ObjectCensus(t, 0, 100_000, 0.01, tuple(types), tuple(containers))
+
+
+def test_what_grows_over_censuses() -> None:
+    cs = [
+        census(
+            1000.0 + 10 * k,
+            [
+                (1, "list", 200 + 200 * k, (200 + 200 * k) * 25_000, "__main__.kept"),  # a leak
+                (
+                    2,
+                    "dict",
+                    400 + min(k, 1) * 400,
+                    (400 + min(k, 1) * 400) * 500,
+                    "app.cache",
+                ),  # fills
+                (3, "dict", 5000, 10**6, "sys.modules"),  # flat
+            ],
+            [("__main__.Request", 1000 + 1000 * k), ("dict", 20_000 + (k % 2) * 900)],
+        )
+        for k in range(5)
+    ]
+    got = growing_objects(cs)
+    assert [(g.what, g.type, g.name) for g in got] == [
+        ("container", "list", "__main__.kept"),
+        ("objects", "__main__.Request", None),
+    ]
+    kept, req = got
+    assert kept.count_per_s == pytest.approx(20.0) and kept.bytes_per_s == pytest.approx(500_000)
+    assert (kept.count_first, kept.count_last, kept.censuses) == (200, 1000, 5)
+    assert req.count_per_s == pytest.approx(100.0)
+    # too few censuses, or too short a time: nothing said
+    assert growing_objects(cs[:2]) == ()
+    assert growing_objects([census(1000.0 + k, cs[0].containers) for k in range(5)]) == ()
+
+
+def _leak(seconds: int = 45) -> list[HostMemoryReading]:
+    return [
+        HostMemoryReading(1000.0 + k, 7, 400 * MIB + 500_000 * k, None, None, None, 0, 0, 0)
+        for k in range(seconds + 1)
+    ]
+
+
+def test_the_report_and_the_finding_name_what_grows(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cs = [
+        census(1002.0 + 10 * k, [(1, "list", 200 + 200 * k, (200 + 200 * k) * 25_000, "__main__.kept")],
+               [("__main__.Request", 1000 + 1000 * k)])
+        for k in range(5)
+    ]  # fmt: skip
+    s = summarize_host_memory(_leak(), censuses={7: cs})
+    assert s is not None
+    f = RULES["memory-growth"](FindingInput(host_memory=s.processes), FindingThresholds())
+    assert f is not None
+    assert f.where == (
+        "__main__.kept (a list, +20.0 items/s)",
+        "__main__.Request (+100.0 objects/s)",
+    )
+    assert "; growing: __main__.kept (a list, +20.0 items/s)" in f.title
+    assert f.evidence["growing"][0]["bytes_per_s"] == 500_000
+    # through a recording: the agent's censuses are the target's (pid 0)
+    path = str(tmp_path / "c.infertop")
+    w = RecordingWriter(path)
+    events = sorted([*_leak(), *cs], key=lambda e: e.t)
+    w.write([TargetInfo(7, "python serve.py", "3.12.1", None, 1000.0), *events])
+    w.close()
+    capsys.readouterr()
+    assert main(["report", path, "--format", "json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    (g, r) = rep["memory"]["growing"]
+    assert g == {"pid": 7, "what": "container", "type": "list", "name": "__main__.kept",
+                 "count": 1000, "count_first": 200, "count_per_s": 20.0, "bytes": 25_000_000,
+                 "bytes_per_s": 500_000.0, "censuses": 5}  # fmt: skip
+    assert r["type"] == "__main__.Request" and r["what"] == "objects"
+    assert rep["memory"]["processes"][0]["growing"][0]["name"] == "__main__.kept"
+    (found,) = [x for x in rep["findings"] if x["rule"] == "memory-growth"]
+    assert found["where"][0].startswith("__main__.kept")
+    assert main(["report", path]) == 0
+    text = capsys.readouterr().out
+    assert "    growing: __main__.kept (list): 200 → 1,000 items, +20.0/s, ~488.3 KiB/s" in text
