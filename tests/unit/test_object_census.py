@@ -142,3 +142,21 @@ def test_the_report_and_the_finding_name_what_grows(
     assert main(["report", path]) == 0
     text = capsys.readouterr().out
     assert "    growing: __main__.kept (list): 200 → 1,000 items, +20.0/s, ~488.3 KiB/s" in text
+
+
+def test_the_memory_panel_says_what_grows() -> None:
+    from infertop.analysis.snapshot import Snapshot
+    from infertop.tui.widgets.memory import render_memory
+
+    cs = [
+        census(1002.0 + 10 * k, [(1, "list", 200 + 200 * k, None, "__main__.kept")])
+        for k in range(5)
+    ]
+    snap = Snapshot(
+        t=0.0, t_first=0.0, target=TargetInfo(7), totals=(), recent=(), history=(), flame=None,  # type: ignore[arg-type]
+        stage_filter=None, top=(), statuses=(), samples=0, errors=0, lag_s=0.0, rate_hz=0.0,
+        coverage=0.0, exited=None, host_memory=summarize_host_memory(_leak(), censuses={7: cs}),
+    )  # fmt: skip
+    lines = render_memory(snap, 80).plain.splitlines()
+    assert lines[2].startswith("growth +") and lines[2].endswith("· __main__.kept +20 items/s")
+    assert len(lines) == 4  # on the growth row: the panel keeps its height

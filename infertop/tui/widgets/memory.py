@@ -87,6 +87,12 @@ def render_memory(snap: Snapshot | None, width: int, compact: bool = False) -> T
             f"{_signed(p.growth_bytes_per_s)}/s", style=f"bold {WARN_COLOR}" if steady else ""
         )
         growth.append(f" · peak {human_bytes(p.rss_max)}", style="dim")
+    if p.growing:  # what grows, from the agent's object censuses: the first, on this row
+        g = p.growing[0]
+        what = (g.name or f"a {g.type}") if g.what == "container" else g.type
+        unit = "items" if g.what == "container" else "objects"
+        growth.append(f" · {what} +{g.count_per_s:.0f} {unit}/s", style=WARN_COLOR)
+        growth.no_wrap, growth.overflow = True, "ellipsis"
     return Text("\n").join([rss, paging, growth, limit])
 
 
