@@ -9,6 +9,8 @@ one the agent uses on this Python (``wrappers.py`` before 3.12, ``sys.monitoring
 - ``forward``    a root torch module's call (``model(x)``: its batch size read once a call);
 - ``request``    an ``async def`` entry point awaited (an ASGI app's ``__call__``, with its
                  HTTP filter and request id);
+- ``wsgi``       a WSGI app called, its one-chunk body iterated and closed as a server does
+                 (timed until the close, by a wrapper on every Python);
 - ``generate``   Hugging Face ``generate`` on a small random GPT-2 (greedy, 16 new tokens):
                  the generation tracker on its forwards, sent as prefill and decode.
 
@@ -37,7 +39,7 @@ import torch  # noqa: E402
 
 from infertop.agent.payload.generation import _Generations, find_generation_codes  # noqa: E402
 from infertop.agent.payload.monitor import _Monitor  # noqa: E402
-from infertop.agent.payload.stages import _asgi_http, find_known_codes, find_model_codes  # noqa: E402
+from infertop.agent.payload.stages import _asgi_http, _wsgi_http, find_known_codes, find_model_codes  # noqa: E402
 from infertop.agent.payload.wrappers import _Wrappers  # noqa: E402
 
 TIMER = _Monitor if _Monitor.available() else _Wrappers
@@ -69,6 +71,10 @@ class Net(torch.nn.Module):
 
 async def app(scope, receive, send):
     return None
+
+
+def wsgi_app(environ, start_response):
+    return [b"ok"]
 
 
 def _cpu_ns(fn, calls: int) -> float:
@@ -105,12 +111,23 @@ def _loops(model, tok, gen_model, gen_args):
 
         asyncio.run(many())
 
+    environ = {"REQUEST_METHOD": "GET", "PATH_INFO": "/", "SCRIPT_NAME": ""}
+
+    def wsgi(n):
+        for _ in range(n):
+            body = wsgi_app(environ, None)
+            for _chunk in body:
+                pass
+            close = getattr(body, "close", None)
+            if close is not None:
+                close()
+
     def generate(n):
         for _ in range(n):
             gen_model.generate(*gen_args[0], **gen_args[1])
 
     return {"function": function, "method": method, "nested": nested, "forward": forward,
-            "request": request, "generate": generate}  # fmt: skip
+            "request": request, "wsgi": wsgi, "generate": generate}  # fmt: skip
 
 
 def _timer(spans):
@@ -119,7 +136,10 @@ def _timer(spans):
     codes = {c: s for c, (s, _f) in find_known_codes(models).items()}
     codes.update({encode.__code__: "preprocess", outer.__code__: "preprocess",
                   Tokenizer.__call__.__code__: "preprocess", app.__code__: "request"})  # fmt: skip
-    return TIMER(codes, lambda *a: spans.append(a), filters={app.__code__: _asgi_http}, generations=gen)
+    push = lambda *a: spans.append(a)  # noqa: E731
+    side = _Wrappers({wsgi_app.__code__: "request"}, push, filters={wsgi_app.__code__: _wsgi_http},
+                     bodies={wsgi_app.__code__})  # fmt: skip
+    return TIMER(codes, push, filters={app.__code__: _asgi_http}, generations=gen), side
 
 
 def main() -> None:
@@ -152,11 +172,13 @@ def main() -> None:
                 n = args.generate_calls if name == "generate" else args.calls
                 results[name]["plain"].append(_cpu_ns(fn, n))
                 spans: list = []
-                timer = _timer(spans)
+                timer, side = _timer(spans)
                 timer.install()
+                side.install()
                 try:
                     results[name]["timed"].append(_cpu_ns(fn, n))
                 finally:
+                    side.uninstall()
                     timer.uninstall()
                 assert spans, name  # the calls were timed
     print(f"Python {sys.version.split()[0]}, timer {TIMER.__name__}, {args.rounds} rounds, medians (ns per call)")
