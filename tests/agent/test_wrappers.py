@@ -213,3 +213,49 @@ def test_a_wsgi_request_lasts_until_its_server_closes_the_body() -> None:
     assert stage == "request" and request == "GET /predict #1"
     assert t0 <= start <= returned < end <= t1 and end - returned >= 6_000_000  # 3 chunks of 2 ms
     assert sent_at_once == 1  # the second request's body was never closed: not sent
+
+
+HOOKED = """
+import functools, sys, types, torch
+sys.path.insert(0, sys.argv[1])
+sys.modules.setdefault("accelerate", types.ModuleType("accelerate"))  # as if it had hooked it
+from infertop.agent.payload.wrappers import _Wrappers
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x)))
+
+def add_hook(module):  # accelerate's add_hook_to_module, in short
+    module._old_forward = old = module.forward
+    def new_forward(module, *args, **kwargs):
+        return module._old_forward(*args, **kwargs)
+    module.forward = functools.update_wrapper(functools.partial(new_forward, module), old)
+
+model = Net()
+add_hook(model)
+hook = model.__dict__["forward"]
+spans = []
+timer = _Wrappers({Net.forward.__code__: "forward"}, lambda *a: spans.append(a))
+timer.install()
+model(torch.randn(5, 4))
+model(torch.randn(2, 4))
+timer.uninstall()
+print([s[5] for s in spans], model.__dict__["forward"] is hook, Net.__dict__["forward"].__code__ is Net.forward.__code__)
+"""
+
+
+def test_a_model_hooked_on_its_instance_is_timed_there() -> None:
+    """A model loaded with accelerate's hooks (``device_map="auto"``) holds its own ``forward``,
+    a partial of the hook around the bound original taken at load: its class's entry is never
+    called. The instance's entry is wrapped (one call each, its batch read), and put back."""
+    _needs_wrappers()
+    import subprocess
+
+    p = subprocess.run([sys.executable, "-c", HOOKED, str(ROOT)], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.strip() == "[5, 2] True True", p.stdout
+    assert p.stderr == "", p.stderr[-2000:]

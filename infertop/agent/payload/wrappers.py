@@ -67,6 +67,15 @@ class _ArgsView:
         return local
 
 
+class _BoundArgsView(_ArgsView):
+    """The arguments of a call made without the ``self`` its code names first."""
+
+    __slots__ = ()
+
+    def __init__(self, code, args, kwargs):
+        super().__init__(code, (None, *args), kwargs)
+
+
 def _inner_codes(fn):
     """The code objects of ``fn`` and of what its decorators wrap (``__wrapped__``)."""
     out = []
@@ -195,21 +204,29 @@ def find_slots(codes, module_type=None, func_type=None):
     return found[:MAX_WRAPPED_SLOTS]
 
 
-def compiled_model_classes():
-    """The classes of the torch modules that run under ``torch.compile`` (held by an
-    ``OptimizedModule``, or compiled in place by ``Module.compile``), their sub-modules' and
-    their bases: none of their methods is wrapped. Dynamo guards on the function a compiled
-    region calls, so a wrapper put in would make it compile again (seconds of the target's
-    time, warnings on its stderr about the wrapper's clock), and again at detach. Empty where
-    dynamo was never imported (then nothing was compiled)."""
-    if "torch._dynamo" not in sys.modules:
-        return set()
+def model_instances(targets):
+    """(the classes of the torch modules that run under ``torch.compile``, [(module, its own
+    ``forward`` attribute, the timed code under it)]), from one walk of the collector's list,
+    made only where ``torch._dynamo`` or ``accelerate`` was imported (else nothing was compiled
+    nor hooked: ``(set(), [])``).
+
+    Compiled: held by an ``OptimizedModule`` or compiled in place by ``Module.compile``, with
+    their sub-modules' classes and their bases: none of their methods is wrapped. Dynamo guards
+    on the function a compiled region calls, so a wrapper put in would make it compile again
+    (seconds of the target's time, warnings on its stderr about the wrapper's clock), and again
+    at detach.
+
+    Hooked: a module whose instance holds its own ``forward`` (accelerate's hooks,
+    ``device_map="auto"``: a partial of the hook around the bound original, taken when the
+    model was loaded) calls that, never its class's: the instance's entry is wrapped."""
+    if "torch._dynamo" not in sys.modules and "accelerate" not in sys.modules:
+        return set(), []
     base = getattr(sys.modules.get("torch.nn.modules.module"), "Module", None)
     if not isinstance(base, type):
-        return set()
+        return set(), []
     import gc
 
-    roots = []
+    roots, hooked = [], []
     for obj in gc.get_objects():
         t = type(obj)
         if not issubclass(t, base):
@@ -221,6 +238,11 @@ def compiled_model_classes():
                 roots.append(inner)
         elif space.get("_compiled_call_impl") is not None:
             roots.append(obj)
+        own = space.get("forward")
+        if own is not None and len(hooked) < MAX_WRAPPED_SLOTS:
+            code = _hooked_code(own, targets)
+            if code is not None:
+                hooked.append((obj, own, code))
     out, todo, seen = set(), roots, set()
     while todo and len(seen) < 100000:
         m = todo.pop()
@@ -229,7 +251,22 @@ def compiled_model_classes():
         seen.add(id(m))
         out.update(c for c in type(m).__mro__ if c is not base and c is not object)
         todo.extend(c for c in (m.__dict__.get("_modules") or {}).values() if c is not None)
-    return out
+    return out, hooked
+
+
+def _hooked_code(value, targets):
+    """The timed code an instance's ``forward`` calls through its ``__wrapped__`` chain (a
+    bound method's function among them), else None. Only dictionaries are read."""
+    for _ in range(10):
+        fn = value.__func__ if type(value).__name__ == "method" else value
+        code = getattr(fn, "__code__", None) if type(fn).__name__ == "function" else None
+        if code is not None and code in targets:
+            return code
+        d = getattr(fn, "__dict__", None)
+        value = d.get("__wrapped__") if type(d) is dict else None
+        if value is None:
+            return None
+    return None
 
 
 class _ResponseBody:
@@ -308,9 +345,11 @@ class _Wrappers:
         targets = set(self.codes) | set(self.gen_codes)
         found = find_slots(targets)
         try:
-            compiled = {id(c) for c in compiled_model_classes()}
+            classes, hooked = model_instances(targets)
+            compiled = {id(c) for c in classes}
         except Exception:  # an odd object in the heap: none known
-            compiled = set()
+            compiled, hooked = set(), []
+        found = found + [(m, "forward", own, code) for m, own, code in hooked if id(type(m)) not in compiled]
         reached = set()
         wrappers = {}  # id(original function) -> its wrapper: aliases share one
         self.on = True
@@ -318,16 +357,23 @@ class _Wrappers:
             if id(holder) in compiled:
                 self.failed.append(("%s.%s" % (holder.__name__, name), "compiled with torch.compile"))
                 continue
-            fn, kind = _function_of(value, types.FunctionType)
+            got = _function_of(value, types.FunctionType)
+            if got is None:  # an instance's own forward (a hook's partial): called without self
+                fn, kind = value, "instance"
+            else:
+                fn, kind = got
             wrapper = wrappers.get(id(fn))
             if wrapper is None:
-                wrapper = self._wrap(fn, code)
+                wrapper = self._wrap(fn, code, bound=kind == "instance")
                 if wrapper is None:
                     self.failed.append((name, "a generator, or a coroutine under a plain decorator"))
                     continue
                 wrappers[id(fn)] = wrapper
             slot = _Slot(holder, name, value)
-            put = wrapper if kind == "function" else (staticmethod if kind == "static" else classmethod)(wrapper)
+            if kind in ("function", "instance"):
+                put = wrapper
+            else:
+                put = (staticmethod if kind == "static" else classmethod)(wrapper)
             try:
                 if slot.space().get(name) is not value:
                     continue  # changed while we looked
@@ -361,8 +407,11 @@ class _Wrappers:
 
     # -- the wrappers -------------------------------------------------------------------------
 
-    def _wrap(self, fn, code):
-        flags = fn.__code__.co_flags
+    def _wrap(self, fn, code, bound=False):
+        """A wrapper of ``fn`` (which runs ``code``); ``bound``: it is called without the
+        ``self`` its code names first (a hook's partial of a bound method)."""
+        own = getattr(fn, "__code__", None)
+        flags = own.co_flags if own is not None else code.co_flags
         if (flags | code.co_flags) & (_CO_ASYNC_GENERATOR | _CO_GENERATOR):
             return None  # a generator: its call returns before its work
         if flags & _CO_COROUTINE:
@@ -370,7 +419,7 @@ class _Wrappers:
         elif code.co_flags & _CO_COROUTINE:
             return None  # a coroutine behind a plain decorator: its call ends before its work
         else:
-            wrapper = self._plain_wrapper(fn, code)
+            wrapper = self._plain_wrapper(fn, code, bound)
         for attr in ("__module__", "__name__", "__qualname__", "__doc__"):
             try:
                 setattr(wrapper, attr, getattr(fn, attr))
@@ -400,8 +449,9 @@ class _Wrappers:
             frame, depth = frame.f_back, depth + 1
         return opened
 
-    def _plain_wrapper(self, fn, code):
+    def _plain_wrapper(self, fn, code, bound=False):
         timer = self
+        view_of = _BoundArgsView if bound else _ArgsView
         stage = self.codes.get(code)
         kind = self.gen_codes.get(code)
         filt = self.filters.get(code)
@@ -427,7 +477,7 @@ class _Wrappers:
                 if kind == "call" or ident in gen.open:  # (a forward outside one: nothing)
                     me, now = getframe(), clock()
                     try:
-                        gen.start(code, kind, now, me, _ArgsView(code, args, kwargs))
+                        gen.start(code, kind, now, me, view_of(code, args, kwargs))
                     except Exception:  # a generation not followed: its stage call still is
                         gen = None
                 else:
@@ -447,7 +497,7 @@ class _Wrappers:
                     name = None
                     view = None
                     if filt is not None:
-                        view = _ArgsView(code, args, kwargs)
+                        view = view_of(code, args, kwargs)
                         try:
                             name = filt(view)
                         except Exception:
@@ -455,7 +505,7 @@ class _Wrappers:
                     if filt is None or name:
                         size = None
                         if sized:
-                            size = batch_of(view or _ArgsView(code, args, kwargs), code)
+                            size = batch_of(view or view_of(code, args, kwargs), code)
                         call = opened[stage] = [now if now is not None else clock(), None, code, size, name]
             try:
                 ret = fn(*args, **kwargs)
