@@ -160,3 +160,45 @@ def test_the_memory_panel_says_what_grows() -> None:
     lines = render_memory(snap, 80).plain.splitlines()
     assert lines[2].startswith("growth +") and lines[2].endswith("· __main__.kept +20 items/s")
     assert len(lines) == 4  # on the growth row: the panel keeps its height
+
+
+class _Watched(list):
+    """A list whose own hooks report being asked: the census must not run a target's code."""
+
+    asked: list[str] = []
+
+    def __len__(self) -> int:
+        _Watched.asked.append("__len__")
+        return super().__len__()
+
+    def __getitem__(self, i):  # type: ignore[no-untyped-def]
+        _Watched.asked.append("__getitem__")
+        return super().__getitem__(i)
+
+    @property
+    def __class__(self):  # type: ignore[no-untyped-def]
+        _Watched.asked.append("__class__")
+        return list
+
+
+WATCHED = _Watched(range(5000))
+
+
+def test_the_census_runs_none_of_the_target_s_code_and_warns_nothing() -> None:
+    """A census reads its objects through the builtins' own methods: a subclass's ``__len__``,
+    ``__getitem__`` and ``__class__`` are not asked, and a deprecated object's wrapper
+    (torch's ``torch.distributed.reduce_op``, which warned on the target's stderr at each look)
+    says nothing."""
+    import warnings
+
+    torch = pytest.importorskip("torch")
+    import torch.distributed  # noqa: F401  (its deprecated reduce_op is a module global)
+
+    assert torch.distributed is not None
+    _Watched.asked.clear()
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        msg, _names = object_census()
+    assert [str(w.message) for w in seen] == []
+    assert _Watched.asked == []
+    assert any(c[2] == 5000 for c in msg["containers"]), msg["containers"][:5]

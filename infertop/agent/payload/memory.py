@@ -90,21 +90,51 @@ def _container_bytes(obj, n):
     """A container's bytes and its items', estimated from CENSUS_ITEMS_SIZED items spread
     over it (for a dict: its values and keys)."""
     getsizeof = sys.getsizeof
+    base = _container_kind(type(obj))  # read through the builtin's own methods, not a subclass's
     try:
         own = getsizeof(obj)
-        if isinstance(obj, dict):
-            items = list(itertools.islice(obj.items(), 0, n, max(1, n // CENSUS_ITEMS_SIZED)))
+        if base is dict:
+            items = list(itertools.islice(dict.items(obj), 0, n, max(1, n // CENSUS_ITEMS_SIZED)))
             sized = [getsizeof(k) + getsizeof(v) for k, v in items]
-        elif isinstance(obj, (list, collections.deque)):
+        elif base is list or base is collections.deque:
             step = max(1, n // CENSUS_ITEMS_SIZED)
-            sized = [getsizeof(obj[i]) for i in range(0, n, step)][:CENSUS_ITEMS_SIZED]
+            sized = [getsizeof(base.__getitem__(obj, i)) for i in range(0, n, step)][:CENSUS_ITEMS_SIZED]
         else:
-            sized = [getsizeof(x) for x in itertools.islice(obj, CENSUS_ITEMS_SIZED)]
+            sized = [getsizeof(x) for x in itertools.islice(set.__iter__(obj), CENSUS_ITEMS_SIZED)]
     except Exception:
         return None
     if not sized:
         return own
     return int(own + n * sum(sized) / len(sized))
+
+
+_KINDS = (list, dict, set, collections.deque)
+
+
+def _container_kind(tp):
+    """The builtin container ``tp`` is (or derives from), or None: from its MRO, not from
+    ``isinstance``, which would ask the object for its ``__class__``."""
+    if tp in _KINDS:
+        return tp
+    for kind in _KINDS:
+        if issubclass(tp, kind):
+            return kind
+    return None
+
+
+def _instance_dict(value):
+    """``value``'s own attribute dict, or None (a class, a module, none). The target's code must
+    not run here: no getattr or isinstance on its objects, whose hooks can (a deprecated
+    class's wrapper warned on the target's stderr at each look: torch's
+    ``torch.distributed.reduce_op``), only their types and the instance dict's slot."""
+    tp = type(value)
+    if issubclass(tp, type) or tp.__name__ == "module":
+        return None
+    try:
+        attrs = object.__getattribute__(value, "__dict__")
+    except Exception:
+        return None
+    return attrs if type(attrs) is dict else None
 
 
 def _names_of(wanted):
@@ -121,8 +151,8 @@ def _names_of(wanted):
             budget -= 1
             if id(value) in wanted and id(value) not in found:
                 found[id(value)] = "%s.%s" % (modname, key)
-            attrs = getattr(value, "__dict__", None)
-            if type(attrs) is dict and not isinstance(value, type) and type(value).__name__ != "module":
+            attrs = _instance_dict(value)
+            if attrs is not None:
                 for attr, inner in list(attrs.items())[:256]:
                     budget -= 1
                     if id(inner) in wanted and id(inner) not in found:
@@ -142,13 +172,13 @@ def object_census(names=None):
     objs = gc.get_objects()
     counts = {}
     longest = []  # (length, id)
-    kinds = (list, dict, set, collections.deque)
     for i, obj in enumerate(objs):
         tp = type(obj)
         counts[tp] = counts.get(tp, 0) + 1
-        if tp in kinds or isinstance(obj, kinds):
+        kind = _container_kind(tp)
+        if kind is not None:
             try:
-                n = len(obj)
+                n = kind.__len__(obj)
             except Exception:
                 continue
             if n >= CENSUS_MIN_LEN:
