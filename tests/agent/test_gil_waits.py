@@ -246,9 +246,12 @@ def test_real_threads_one_keeping_the_gil_alone_then_with_another() -> None:
         return sum(b - a for a, b in waits) / 1e9
 
     # alone: the odd wake-up of another thread of the test process may land in one; the old
-    # agent counted ~1.2 s of the 1.5 here
+    # agent counted ~1.2 s of the 1.5 here. Both: most of the 1.5 s late, and of that the GIL's
+    # part well above alone's (0.49-1.1 s; where other work takes the cores, more of the
+    # lateness is a wait for a CPU, which the agent tells apart)
     assert total(alone.gil_waits) < 0.15, list(alone.gil_waits)
-    assert total(both.gil_waits) > 0.5, (list(both.gil_waits), list(both.cpu_waits))
+    late = total(both.gil_waits) + total(both.cpu_waits)
+    assert late > 0.5 and total(both.gil_waits) > 0.25, (list(both.gil_waits), list(both.cpu_waits))
 
 
 def _pin(pid: int, cpu: int | None) -> None:

@@ -115,7 +115,7 @@ def test_signal_stops_cleanly(tmp_path: Path, module: str, sig: signal.Signals) 
         text=True,
     )
     try:
-        deadline = time.time() + 30
+        deadline = time.time() + 120  # torch's import and the tokenizer's training: slow when busy
         served = 0
         while time.time() < deadline and proc.poll() is None:
             try:
