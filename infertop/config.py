@@ -317,6 +317,9 @@ class FindingThresholds:
     #: kv-cache-headroom fires when the largest batch at the longest sequence would need more
     #: than this share of the device memory left, beyond the largest cache already held
     kv_headroom_share: float = 0.8
+    #: ... and, for an LLM engine whose scheduler the agent read (vLLM), when its KV cache's
+    #: usage reached this share of its blocks, or the engine preempted a request
+    kv_usage_share: float = 0.90
     fragmentation_share: float = 0.30
     fragmentation_min_bytes: int = 1 << 30
     #: memory-growth: a process's RSS past warm-up rises along a line (R² ≥ this) ...
@@ -399,6 +402,8 @@ SEVERITY_BANDS: dict[str, SeverityBands] = {
     "kv-cache-headroom": SeverityBands(
         "bytes the worst case needs beyond the memory left", None, 1, floor="medium"
     ),
+    # an engine's cache (vLLM): high too with preemptions
+    "kv-cache-headroom:usage": SeverityBands("the engine's KV-cache usage, max", None, 0.99, floor="medium"),
     "allocator-fragmentation": SeverityBands("slack share of reserved", 0.45, 0.60),
     # high too where the cgroup's OOM killer struck
     "memory-growth": SeverityBands("growth, bytes per hour", 1 << 30, 8 << 30),

@@ -16,6 +16,7 @@ from infertop.collect.base import Collector
 from infertop.collect.nvml import probe_nvml
 from infertop.collect.pyspy import PySpyCollector
 from infertop.config import Config
+from infertop.model.engine import EngineStats
 from infertop.model.events import (
     INCIDENT,
     AllocatorReading,
@@ -157,7 +158,7 @@ class LiveSource:
 def event_time(ev: Event) -> float | None:
     """When an event happened, for replay; None for definitions (they take the next time)."""
     match ev:
-        case SampleWindow() | StageSpan() | OpWindow() | GcPause() | GenerationCall() | CpuWait():
+        case SampleWindow() | StageSpan() | OpWindow() | GcPause() | GenerationCall() | CpuWait() | EngineStats():
             return ev.t_end
         case CollectorStatus() | TargetExited() | Marker() | AllocatorReading() | GpuReading():
             return ev.t

@@ -1,8 +1,10 @@
 """An LLM engine's steps (vLLM's v1 engine; SGLang's scheduler named, not yet timed): how
 many a second and how long, from the agent's timings of the engine's step (stage ``step``:
-``stages.KNOWN_ENTRY_POINTS``, only steps that ran the model), and where a step's time goes,
-from the samples of its engine core and of its model worker (docs/stages.md, "LLM engines").
-Pure functions over a ``Session``."""
+``stages.KNOWN_ENTRY_POINTS``, only steps that ran the model), where a step's time goes, from
+the samples of its engine core and of its model worker (docs/stages.md, "LLM engines"), and
+its scheduler's state step by step as the engine's own metrics saw it (requests running and
+waiting, KV-cache usage, preemptions, tokens: ``model/engine.py``). Pure functions over a
+``Session``."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from infertop.analysis.processes.roles import ENGINE_SCHEDULERS
 from infertop.analysis.processes.shares import process_shares
 from infertop.analysis.session import Session
 from infertop.analysis.shares import percentile
+from infertop.model.engine import EngineStats, Histogram
 from infertop.model.events import StageSpan
 
 #: the agent's stage for one engine step
@@ -21,6 +24,71 @@ STEP = "step"
 WORKERS = ("vllm model worker",)
 #: stages of the worker's busy time that are not the engine's work: infertop's own
 NOT_THE_ENGINE = ("infertop",)
+
+
+@dataclass(frozen=True)
+class SchedulerSummary:
+    """The engine's scheduler over its steps whose metrics the agent read (vLLM's
+    ``SchedulerStats`` and ``IterationStats``, every engine summed)."""
+
+    steps: int
+    running: tuple[float, int]  # requests running after a step: (p50, max)
+    waiting: tuple[float, int]  # requests waiting: (p50, max)
+    kv_usage: tuple[float, float]  # the KV cache's usage, 0-1: (p50, to whole percent; max)
+    preemptions: int
+    prompt_tokens: int  # of the requests whose prefill finished
+    generation_tokens: int
+    prefix_queries: int
+    prefix_hits: int
+    #: the first step read to the last one's (unix s): the token rates' seconds
+    seconds: float = 0.0
+    #: means over time, each step's state holding until the next's (what a scrape of vLLM's
+    #: gauges sees on average): running, waiting, usage; None without two steps
+    time_means: tuple[float, float, float] | None = None
+
+    @property
+    def prefix_hit_rate(self) -> float | None:
+        return self.prefix_hits / self.prefix_queries if self.prefix_queries else None
+
+
+def _hist_p50_max(h: dict[int, int]) -> tuple[float, int]:
+    """The median (of the steps, the lower middle value) and the largest value seen."""
+    total = sum(h.values())
+    keys = sorted(h)
+    seen = 0
+    for v in keys:
+        seen += h[v]
+        if 2 * seen >= total:
+            return float(v), keys[-1]
+    return 0.0, 0
+
+
+def scheduler_summary(stats: Sequence[EngineStats], t: float | None = None) -> SchedulerSummary | None:
+    """The windows that ended by ``t`` (None: all) summed; None without a step read."""
+    hists: tuple[dict[int, int], dict[int, int], dict[int, int]] = ({}, {}, {})
+    steps = pre = prompt = gen = pq = ph = 0
+    kv_max = held = run_s = wait_s = kv_s = 0.0
+    first, last = float("inf"), float("-inf")
+    for s in stats:
+        if t is not None and s.t_end > t:
+            continue
+        steps += s.steps
+        first, last = min(first, s.t_start), max(last, s.t_end)
+        held, run_s, wait_s, kv_s = held + s.held_s, run_s + s.running_s, wait_s + s.waiting_s, kv_s + s.kv_usage_s
+        pre, prompt, gen = pre + s.preempted, prompt + s.prompt_tokens, gen + s.generation_tokens
+        pq, ph = pq + s.prefix_queries, ph + s.prefix_hits
+        kv_max = max(kv_max, s.kv_usage_max)
+        h: Histogram
+        for acc, h in zip(hists, (s.running, s.waiting, s.kv_usage)):
+            for v, n in h:
+                acc[v] = acc.get(v, 0) + n
+    if not steps:
+        return None
+    kv_p50 = _hist_p50_max(hists[2])[0] / 100.0
+    return SchedulerSummary(
+        steps, _hist_p50_max(hists[0]), _hist_p50_max(hists[1]), (kv_p50, kv_max), pre, prompt,
+        gen, pq, ph, last - first, (run_s / held, wait_s / held, kv_s / held) if held > 0 else None,
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -37,6 +105,10 @@ class EngineSummary:
     core: tuple[tuple[str, int], ...]
     #: the model worker's active samples by stage, its spin for the next step left out
     worker: tuple[tuple[str, int], ...]
+    #: the scheduler's state as the engine's own metrics saw it; None: not read (no agent in
+    #: the API process, or vLLM started with --disable-log-stats)
+    scheduler: SchedulerSummary | None = None
+    duration_s: float = 0.0  # the session's, for the token rates
 
     @property
     def outside_forward(self) -> float | None:
@@ -107,4 +179,6 @@ def engine_summary(
         running,
         core,
         tuple(sorted(worker.items(), key=lambda kv: (-kv[1], kv[0]))),
+        scheduler_summary(session.engine_stats, t),
+        duration_s,
     )

@@ -30,6 +30,7 @@ from infertop.analysis.wall import WallAttribution, by_thread_stages
 from infertop.analysis.windows import WindowSummary, WindowTotals, split_by_pid
 from infertop.collect.agent.client import RawCallSamples
 from infertop.collect.pyspy import RawSampleWindow
+from infertop.model.engine import EngineStats, keep
 from infertop.model.events import (
     AllocatorReading,
     CallSamples,
@@ -57,6 +58,9 @@ from infertop.model.symbols import SymbolTable
 #: generation calls a session keeps (the oldest tenth goes when there are more): a day of a
 #: busy generation loop's calls would otherwise grow without end
 MAX_GENERATIONS = 50_000
+#: an engine's scheduler windows kept (two a second): past it the older half is merged two by
+#: two (model/engine.py ``keep``), its totals and distributions exact
+MAX_ENGINE_STATS = 20_000
 #: the agent's object censuses kept per session (one each 10 s or more): past it, every other
 #: one of the older half goes, so the first and the newest stay
 MAX_CENSUSES = 2_000
@@ -108,6 +112,8 @@ class Session:
     call_samples: CallSampleIndex = field(default_factory=CallSampleIndex)
     #: the agent's generation calls, in order of end: the newest MAX_GENERATIONS are kept
     generations: list[GenerationCall] = field(default_factory=list)
+    #: an LLM engine's scheduler state (vLLM's own metrics), window by window, in order of arrival
+    engine_stats: list[EngineStats] = field(default_factory=list)
     pause_fold: PauseFold = field(default_factory=PauseFold)
     #: each process's time on a CPU and waiting for one, window by window (the sampler's
     #: reading of the kernel's schedstat: analysis/cpu_contention.py); ``cpu_folded``: summed
@@ -248,6 +254,9 @@ class Session:
                     self.censuses[:half] = self.censuses[:half:2]
             case CpuWait():
                 self.cpu_waits.append(ev)
+                self._saw(ev.t_end)
+            case EngineStats():
+                keep(self.engine_stats, ev, MAX_ENGINE_STATS)
                 self._saw(ev.t_end)
             case GcPause():
                 self.gc_pauses.append(ev)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from infertop.model.engine import EngineStats
 from infertop.model.gpu import GpuReading
 from infertop.model.host_memory import HostMemoryReading, ObjectCensus
 
@@ -380,4 +381,5 @@ Event = (
     | HostMemoryReading
     | CpuWait
     | ObjectCensus
+    | EngineStats
 )

@@ -1,4 +1,4 @@
-"""The ``.infertop`` recording format, version 1.10 (documented in docs/recording-format.md).
+"""The ``.infertop`` recording format, version 1.12 (documented in docs/recording-format.md).
 
     file    = header record*
     header  = b"INFERTOP" u16 major u16 minor          (big-endian)
@@ -15,6 +15,7 @@ from __future__ import annotations
 import struct
 from typing import Any
 
+from infertop.model.engine import EngineStats
 from infertop.model.events import (
     AllocatorReading,
     CallSamples,
@@ -41,6 +42,7 @@ from infertop.model.fields import as_str, decode_allocator
 from infertop.model.gpu import GpuReading
 from infertop.model.host_memory import HostMemoryReading, ObjectCensus
 from infertop.model.numbers import real, whole
+from infertop.record.engine_format import ENGINE_STATS, decode_engine_stats, encode_engine_stats
 from infertop.record.generation_format import (
     GENERATION,
     SPAN_BATCH,
@@ -63,7 +65,7 @@ from infertop.record.pause_format import CALL_SAMPLES, GC, LOOP_LAG, decode_paus
 
 MAGIC = b"INFERTOP"
 MAJOR = 1
-MINOR = 11
+MINOR = 12
 HEADER = struct.Struct(">8sHH")
 RECORD = struct.Struct(">II")
 MAX_RECORD = 256 * 1024 * 1024
@@ -82,6 +84,7 @@ PROCESS = 14  # added in 1.3 (--children), with code 4's trailing pid
 # 1.9: code 21, an op window by field name, written instead of code 11: record/ops_format.py
 CPU_WAIT = 22  # added in 1.10: a process's threads' time on a CPU and waiting for one
 # 1.11: code 23, the agent's object census of a process's heap: record/host_memory_format.py
+# 1.12: code 24, an LLM engine's scheduler state summed over a window: record/engine_format.py
 
 
 def encode_event(ev: Event) -> list[Any]:
@@ -129,6 +132,8 @@ def encode_event(ev: Event) -> list[Any]:
             return encode_census(ev)
         case CpuWait():
             return [CPU_WAIT, ev.t_start, ev.t_end, ev.pid, ev.run_ns, ev.wait_ns]
+        case EngineStats():
+            return encode_engine_stats(ev)
     raise TypeError(f"cannot encode {type(ev).__name__}")
 
 
@@ -194,6 +199,8 @@ def decode_event(raw: Any) -> Event | None:
         return decode_census(f)
     if code == CPU_WAIT:
         return CpuWait(real(f[0]), real(f[1]), whole(f[2]), whole(f[3]), whole(f[4]))
+    if code == ENGINE_STATS:
+        return decode_engine_stats(f)
     return None
 
 

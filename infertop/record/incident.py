@@ -24,6 +24,7 @@ import time
 from collections import deque
 from collections.abc import Iterable, Sequence
 
+from infertop.model.engine import EngineStats
 from infertop.model.events import (
     INCIDENT,
     AllocatorReading,
@@ -56,7 +57,7 @@ CHUNK = 2_000  # events per record when the ring is written out
 def event_time(ev: Event) -> float | None:
     """When a timed event happened (its end for a span of time); None for a definition."""
     match ev:
-        case SampleWindow() | StageSpan() | OpWindow() | GenerationCall() | CpuWait():
+        case SampleWindow() | StageSpan() | OpWindow() | GenerationCall() | CpuWait() | EngineStats():
             return ev.t_end
         case CollectorStatus() | Marker() | AllocatorReading() | GpuReading() | HostMemoryReading():
             return ev.t

@@ -24,6 +24,7 @@ import os
 from dataclasses import dataclass, replace
 
 from infertop.errors import BadInputFile, UsageError
+from infertop.model.engine import EngineStats
 from infertop.model.events import (
     MERGED,
     MERGED_INPUT,
@@ -242,6 +243,9 @@ class _Merger:
                     self._time(ev.t + offset, replace(ev, t=ev.t + offset, pid=pid(ev.pid)))
                 case ObjectCensus():
                     self._time(ev.t + offset, replace(ev, t=ev.t + offset, pid=pid(ev.pid)))
+                case EngineStats():
+                    self._time(ev.t_end + offset, replace(ev, t_start=ev.t_start + offset,
+                                                         t_end=ev.t_end + offset, pid=pid(ev.pid)))  # fmt: skip
                 case CpuWait():
                     self._time(ev.t_end + offset, replace(ev, t_start=ev.t_start + offset,
                                                          t_end=ev.t_end + offset, pid=pid(ev.pid)))  # fmt: skip

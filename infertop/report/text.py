@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from infertop.report.engine import engine_lines
 from infertop.report.evidence import evidence_summary
 from infertop.report.generation import generation_lines
 from infertop.report.memory import memory_lines
@@ -152,6 +153,7 @@ def render_text(rep: dict[str, Any]) -> str:
     out.append("")
     out += tail_lines(rep)
     out += generation_lines(rep)
+    out += engine_lines(rep)
     out += memory_lines(rep)
     pauses = pause_lines(rep)
     out += pauses + ([""] if pauses else [])

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from infertop.errors import BadInputFile
+from infertop.model.engine import EngineStats
 from infertop.model.events import (
     AllocatorReading,
     CallSamples,
@@ -59,6 +60,9 @@ EVENTS = [
     # 1.11: the agent's object census (a container no module global holds: name None)
     ObjectCensus(1001.0, 0, 120_000, 0.012, (("dict", 40_000), ("__main__.Request", 900)),
                  ((140_000_000_001, "list", 900, 225_000, "__main__.kept"), (2, "dict", 150, None, None))),
+    # 1.12: an LLM engine's scheduler over a window (a child's: its pid)
+    EngineStats(1000.5, 1001.0, 0, 12, ((3, 10), (4, 2)), ((0, 12),), ((17, 6), (18, 6)), 0.184, 1, 70, 36,
+                120, 48, 0.5, 1.6, 0.0, 0.0875, pid=4242),
 ]
 
 
@@ -73,7 +77,7 @@ def test_round_trip_is_exact(tmp_path) -> None:
     p = str(tmp_path / "a.infertop")
     write(p, [EVENTS[:7], EVENTS[7:]])
     rec = read_recording(p)
-    assert rec.events == EVENTS and rec.warning is None and rec.version == (MAJOR, MINOR) == (1, 11)
+    assert rec.events == EVENTS and rec.warning is None and rec.version == (MAJOR, MINOR) == (1, 12)
 
 
 def test_truncated_file_reads_up_to_the_damage(tmp_path) -> None:

@@ -81,6 +81,7 @@ FIRING: dict[str, FindingInput] = {
                                                              max_ms=90.0)),
     "gpu-memory-pressure": FindingInput(memory=MemoryState(80 * GIB, 75 * GIB, 70 * GIB)),
     "kv-cache-headroom": FindingInput(generation=_generation(headroom=GIB)),
+    "kv-cache-headroom:usage": FindingInput(engine_kv_usage=(0.5, 0.95)),
     "allocator-fragmentation": FindingInput(memory=MemoryState(80 * GIB, 10 * GIB, 5 * GIB)),
     "memory-growth": FindingInput(host_memory=(_growing(),)),
     "memory-growth:limit": FindingInput(host_memory=(_growing(limit=4 * GIB),)),

@@ -12,7 +12,7 @@ import time
 from infertop.agent.payload.constants import MAX_SPANS_BUFFERED
 from infertop.agent.payload.generation import _Generations
 from infertop.agent.payload.monitor import _Monitor
-from infertop.agent.payload.stages import ENGINE_REQUESTS
+from infertop.agent.payload.stages import ENGINE_REQUESTS, ENGINE_STATS, take_engine_stats
 from infertop.agent.payload.wrappers import _Wrappers
 
 # -- end --
@@ -171,6 +171,7 @@ class _SpansMixin:
         self._stop_monitor()
         self.spans.clear()
         ENGINE_REQUESTS.clear()
+        take_engine_stats(last=True)
         self._stop_pauses()
         self._stop_call_samples()
 
@@ -186,6 +187,8 @@ class _SpansMixin:
             self._send({"type": "generations", "calls": gens.take(offset)})
         if ENGINE_REQUESTS:
             self._flush_engine_requests(offset)
+        if ENGINE_STATS:  # vLLM's scheduler, summed since the last flush (stages._vllm_stats)
+            self._send({"type": "engine", "stats": take_engine_stats()})
         if not self.spans:
             return
         batch = []

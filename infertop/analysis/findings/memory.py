@@ -75,10 +75,11 @@ def fragmentation(inp: FindingInput, th: FindingThresholds) -> Finding | None:
 @rule("kv-cache-headroom")
 def kv_cache_headroom(inp: FindingInput, th: FindingThresholds) -> Finding | None:
     """The largest batch seen at the longest sequence seen would hold more KV cache than the
-    device memory left: one such batch away from an out-of-memory error."""
+    device memory left: one such batch away from an out-of-memory error. For an LLM engine
+    that pages its cache (vLLM), its blocks near full or requests preempted for want of them."""
     g = inp.generation
     if g is None or g.kv_cache is None:
-        return None
+        return _engine_kv_cache(inp, th)
     kv = g.kv_cache
     if kv.headroom_bytes is None or kv.worst_case_bytes is None:
         return None
@@ -114,6 +115,37 @@ def kv_cache_headroom(inp: FindingInput, th: FindingThresholds) -> Finding | Non
         "cap the batch size or the sequence length (max_new_tokens, truncation) so that batch x "
         "length x bytes per token fits, or use a paged or quantised cache (a static cache sized "
         "up front, QuantizedCache, or a server with paged attention); see gpu-memory-pressure",
+    )
+
+
+def _engine_kv_cache(inp: FindingInput, th: FindingThresholds) -> Finding | None:
+    """An engine's paged KV cache (vLLM's scheduler, read by the agent): its usage reached
+    ``kv_usage_share`` of its blocks, or it preempted requests (their blocks taken back, their
+    tokens computed again when they are scheduled anew)."""
+    usage, pre = inp.engine_kv_usage, inp.engine_preemptions
+    if usage is None or (usage[1] < th.kv_usage_share and pre == 0):
+        return None
+    title = f"the engine's KV cache reached {100 * usage[1]:.0f}% of its blocks (p50 {100 * usage[0]:.0f}%)"
+    if pre:
+        title += f"; {pre} requests preempted for want of blocks"
+    if inp.engine_waiting_max:
+        title += f"; up to {inp.engine_waiting_max} requests waited"
+    return Finding(
+        "kv-cache-headroom",
+        _severity("kv-cache-headroom:usage", usage[1], th, at_least="high" if pre else "low"),
+        title,
+        {
+            "source": "engine",
+            "usage_p50": round(usage[0], 4),
+            "usage_max": round(usage[1], 4),
+            "threshold": th.kv_usage_share,
+            "preemptions": pre,
+            "waiting_max": inp.engine_waiting_max,
+        },  # fmt: skip
+        (),
+        "give the cache more blocks (vLLM: a higher --gpu-memory-utilization, or a smaller "
+        "--max-model-len), admit fewer sequences at once (--max-num-seqs, --max-num-batched-tokens), "
+        "or spread the load over more replicas; preempted requests compute their tokens again",
     )
 
 

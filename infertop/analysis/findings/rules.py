@@ -90,6 +90,11 @@ class FindingInput:
     engine_outside_forward: float | None = None
     engine_worker_samples: int = 0
     engine_step_ms: float | None = None
+    #: its scheduler as its own metrics saw it (vLLM): the KV cache's usage (p50, max, 0-1),
+    #: the requests it preempted, the most requests waiting; None / 0 where not read
+    engine_kv_usage: tuple[float, float] | None = None
+    engine_preemptions: int = 0
+    engine_waiting_max: int | None = None
 
 
 Rule = Callable[[FindingInput, FindingThresholds], "Finding | None"]

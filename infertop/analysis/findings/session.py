@@ -95,6 +95,9 @@ class EngineInput(TypedDict, total=False):
     engine_outside_forward: float
     engine_worker_samples: int
     engine_step_ms: float | None
+    engine_kv_usage: tuple[float, float]
+    engine_preemptions: int
+    engine_waiting_max: int
 
 
 class IpcInput(TypedDict, total=False):
@@ -132,13 +135,18 @@ def host_memory_of(snap: Snapshot) -> HostMemoryInput:
 def _engine(snap: Snapshot) -> EngineInput:
     """An LLM engine's model worker's time outside the forward (analysis/engine.py)."""
     e = snap.engine
-    if e is None or e.outside_forward is None:
+    if e is None:
         return {}
-    return {
-        "engine_outside_forward": e.outside_forward,
-        "engine_worker_samples": sum(n for s, n in e.worker if s != "infertop"),
-        "engine_step_ms": e.step_ms[0] if e.step_ms is not None else None,
-    }
+    out: EngineInput = {}
+    if e.outside_forward is not None:
+        out["engine_outside_forward"] = e.outside_forward
+        out["engine_worker_samples"] = sum(n for s, n in e.worker if s != "infertop")
+        out["engine_step_ms"] = e.step_ms[0] if e.step_ms is not None else None
+    if (sc := e.scheduler) is not None:  # its scheduler, as its own metrics saw it
+        out["engine_kv_usage"] = sc.kv_usage
+        out["engine_preemptions"] = sc.preemptions
+        out["engine_waiting_max"] = sc.waiting[1]
+    return out
 
 
 def _queue_share(snap: Snapshot) -> float | None:

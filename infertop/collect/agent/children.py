@@ -23,6 +23,7 @@ from dataclasses import replace
 from infertop.collect.agent.attach import AgentAttach
 from infertop.collect.agent.client import AgentConfig, RawCallSamples
 from infertop.collect.tree import descendants, gone
+from infertop.model.engine import EngineStats
 from infertop.model.events import (
     AllocatorReading,
     CollectorStatus,
@@ -148,7 +149,8 @@ class ChildAgents:
     def _tag(self, pid: int, ev: Event) -> Event | None:
         """An event of the agent in ``pid``, as the session should see it."""
         if isinstance(
-            ev, (OpWindow, AllocatorReading, GcPause, LoopLag, RawCallSamples, GenerationCall, ObjectCensus)
+            ev,
+            (OpWindow, AllocatorReading, GcPause, LoopLag, RawCallSamples, GenerationCall, ObjectCensus, EngineStats),
         ):
             return replace(ev, pid=pid)
         if isinstance(ev, StageSpan):

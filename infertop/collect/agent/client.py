@@ -21,6 +21,7 @@ from typing import Any
 
 from infertop.agent import protocol
 from infertop.collect.base import drain
+from infertop.model.engine import engine_stats_from_wire
 from infertop.model.events import (
     CollectorStatus,
     Event,
@@ -168,6 +169,8 @@ def convert(msg: dict[str, Any]) -> list[Event]:
         return [decode_allocator([msg[k] for k in keys])]
     if kind == "census":
         return [_census(msg)]
+    if kind == "engine":  # an LLM engine's scheduler, summed per engine (model/engine.py)
+        return [engine_stats_from_wire(r) for r in msg["stats"]]
     if kind == "status":
         state = str(msg.get("state", "running"))
         state = state if state in STATES else NO_WINDOWS.get(state, "running")
