@@ -76,6 +76,13 @@ COUNTERS = {
     "requests": "vllm:request_success_total",
     "gen_tokens": "vllm:generation_tokens_total",
     "prompt_tokens": "vllm:prompt_tokens_total",
+    "preemptions": "vllm:num_preemptions_total",
+}
+#: vLLM's scheduler gauges, polled while record runs, against the report's ``engine``
+GAUGES = {
+    "running": "vllm:num_requests_running",
+    "waiting": "vllm:num_requests_waiting",
+    "kv_usage": "vllm:kv_cache_usage_perc",
 }
 CLK = os.sysconf("SC_CLK_TCK")
 
@@ -455,6 +462,19 @@ class Bench:
         ]
         lines: list[tuple[float, str]] = []
         c0, m0 = self.cpu(), scrape(self.port)
+        gauges: list[dict[str, float]] = []
+        polled = threading.Event()
+
+        def poll() -> None:  # vLLM's gauges every 0.5 s, for the engine's comparison
+            while not polled.wait(0.5):
+                try:
+                    m = scrape(self.port)
+                except OSError:
+                    continue
+                gauges.append({k: m[name] for k, name in GAUGES.items() if name in m})
+
+        poller = threading.Thread(target=poll, daemon=True)
+        poller.start()
         ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.time()
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -482,6 +502,8 @@ class Bench:
                 (time.time(), f"(bench: record overran its {self.args.record_grace:g} s grace)")
             )
         t1 = time.time()
+        polled.set()
+        poller.join(timeout=10)
         for r in readers:
             r.join(timeout=5)
         ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -501,6 +523,11 @@ class Bench:
             "stderr": [line for _, line in lines],
         }
         info["cpu_cores"] = info["cpu_s"] / info["wall_s"]
+        info["gauges"] = {
+            k: {"p50": statistics.median(xs), "mean": statistics.fmean(xs), "max": max(xs), "polls": len(xs)}
+            for k in GAUGES
+            if (xs := [g[k] for g in gauges if k in g])
+        }
         whole = self._numbers("recorded", t0, t1, m0, m1, c0, c1)
         # record's own parts: attaching (launch to its first progress line), the steady
         # recording (first to last progress line) and stopping (last progress line to exit)
@@ -655,6 +682,37 @@ def summarize_report(rep: dict) -> list[str]:
         text = json.dumps(val)
         out.append(f"{key}: {text if len(text) <= 1200 else text[:1200] + ' ...'}")
     return out
+
+
+def engine_against_metrics(e: dict | None, gauges: dict, whole: dict) -> str:
+    """The report's scheduler fields beside vLLM's /metrics over the recorded phase: its gauges
+    polled every 0.5 s (p50, mean and max of the polls: a poll sees the state over time, ours is
+    per step, and our mean over time is the one to set beside the polls' mean) and its counters'
+    rates (over record's launch to exit, ours over the steps read)."""
+    if not e or e.get("waiting") is None:
+        return "engine vs /metrics: the report has no scheduler state"
+    kv = e.get("kv_cache") or {}
+    means = e.get("time_means") or {}
+    ours = {"running": e["running"], "waiting": e["waiting"],
+            "kv_usage": {"p50": kv.get("usage_p50"), "max": kv.get("usage_max")}}  # fmt: skip
+    cells = []
+    for k in GAUGES:
+        g = gauges.get(k)
+        theirs = f"{g['p50']:g}/{g['mean']:.4g}/{g['max']:g} ({g['polls']} polls)" if g else "-"
+        cells.append(
+            f"{k} p50/mean/max ours {ours[k]['p50']:g} per step/{means.get(k, float('nan')):.4g} "
+            f"over time/{ours[k]['max']:g}, vLLM {theirs}"
+        )
+    cells.append(
+        f"tokens/s ours {e.get('prompt_tokens_per_s')} prompt {e.get('generation_tokens_per_s')} "
+        f"generated, vLLM {fmt(whole.get('vllm_prompt_tokens_per_s'), '{:.1f}')} prompt "
+        f"{fmt(whole.get('vllm_gen_tokens_per_s'), '{:.1f}')} generated"
+    )
+    cells.append(
+        f"preemptions ours {e.get('preemptions')}, vLLM "
+        f"{fmt(whole.get('vllm_preemptions_per_s'), '{:.3f}')}/s"
+    )
+    return "engine vs /metrics: " + "; ".join(cells)
 
 
 def collector_notes(path: Path) -> None:
@@ -864,6 +922,7 @@ def main() -> int:
             if report:
                 for line in summarize_report(report):
                     print(line)
+                print(engine_against_metrics(report.get("engine"), info["gauges"], whole))
             collector_notes(rec_path)
         else:
             print(f"no recording at {rec_path}")
