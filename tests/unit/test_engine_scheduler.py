@@ -146,3 +146,29 @@ def test_a_long_session_merges_its_older_windows_without_losing_a_step() -> None
     assert whole is not None and whole.running == (3.0, 6) and whole.kv_usage[1] == 0.49
     upto = scheduler_summary(kept, 530.0)  # a playhead past the merged old ones: ended by then
     assert upto is not None and 0 < upto.steps < 2000
+
+
+class StatLoggerManager:  # vLLM's signature (vllm/v1/metrics/loggers.py)
+    def record(self, scheduler_stats, iteration_stats, mm_cache_stats=None, engine_idx=None):  # type: ignore[no-untyped-def]
+        return None
+
+
+def test_before_3_12_the_wrapper_reads_the_call_s_arguments_too() -> None:
+    """Python 3.10 and 3.11 time by wrappers: the filter reads the arguments vLLM passes by
+    keyword, and the call is not sent as a span."""
+    from infertop.agent.payload.wrappers import _Wrappers
+
+    code = StatLoggerManager.record.__code__
+    spans: list = []
+    timer = _Wrappers({code: "request"}, lambda *a: spans.append(a), filters={code: stages._CALL_FILTERS["vllm_stats"]})
+    stages.take_engine_stats(last=True)
+    timer.install()
+    try:
+        frame = record_call(2, 1, 0.5, prompt=4, gen=2)
+        for _ in range(3):
+            StatLoggerManager().record(engine_idx=0, **{k: v for k, v in frame.f_locals.items() if k != "engine_idx"})
+    finally:
+        timer.uninstall()
+    (row,) = stages.take_engine_stats(last=True)
+    assert row["steps"] == 3 and row["running"] == [(2, 3)] and row["waiting"] == [(1, 3)]
+    assert (row["prompt_tokens"], row["generation_tokens"]) == (12, 6) and not spans
