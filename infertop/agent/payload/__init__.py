@@ -27,6 +27,8 @@ The parts, in order:
 - ``monitor``: the ``sys.monitoring`` timer of those (Python >= 3.12);
 - ``generation``: generation calls followed through that timer (prefill, decode, tokens,
   batch size, KV-cache bytes);
+- ``wrap_slots``: where that timer's wrappers go (dictionary slots and hooked model
+  instances), found by reading dictionaries only;
 - ``wrappers``: the timer of Python < 3.12: the same functions wrapped in place (their class's
   or module's dictionary entries), restored on detach;
 - ``memory``, ``spans``, ``pauses``, ``callsamples``, ``profiling``, ``serve``: the agent's
@@ -122,6 +124,7 @@ PARTS = (
     "stages",
     "monitor",
     "generation",
+    "wrap_slots",
     "wrappers",
     "memory",
     "spans",
