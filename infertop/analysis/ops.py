@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from infertop.analysis.flame import FlameNode
 from infertop.model.events import Frame, KernelStat, OpPath, OpTime, OpWindow, SyncStat
 from infertop.model.rows import MemcpyRow, OpRow
+from infertop.model.torch_memory import MemoryOp, MemoryStage, OpMemory
 
 KINDS = ("compute", "memory", "communication")
 DEVICE_FILE = "cuda"  # ``Frame.file`` of a kernel/copy leaf in the device flame ("" for ops)
@@ -37,6 +38,17 @@ class GpuWork:
         return self.busy_us / self.span_us if self.span_us > 0 else None
 
 
+@dataclass(frozen=True)
+class TorchMemory:
+    """The allocator's reports over the windows profiled with ``profile_memory`` (each one
+    model call, ``_MemoryCall``): per stage and device summed (``peak_max`` the largest), per op
+    path the bytes allocated, largest first."""
+
+    windows: int
+    stages: tuple[MemoryStage, ...]
+    ops: tuple[MemoryOp, ...]
+
+
 class OpTotals:
     """Op windows merged: per call path, kernel, copy kind and sync. Grows with ``add``."""
 
@@ -55,6 +67,26 @@ class OpTotals:
         # the op thread's kernel times over the windows that carried them: on a CPU, waiting
         self.cpu_run_us = self.cpu_wait_us = 0.0
         self.cpu_timed = 0
+        # profile_memory's windows (model/torch_memory.py): (stage, device) -> [calls, allocs,
+        # alloc bytes, freed bytes, peak max, peak sum]; (names, stage, device) -> [allocs, bytes]
+        self.memory_windows = 0
+        self.memory_stages: dict[tuple[str, str], list[int]] = {}
+        self.memory_ops: dict[tuple[tuple[str, ...], str, str], list[int]] = {}
+
+    def _add_memory(self, m: OpMemory) -> None:
+        self.memory_windows += 1
+        for st in m.stages:
+            acc = self.memory_stages.setdefault((st.stage, st.device), [0, 0, 0, 0, 0, 0])
+            acc[0] += st.calls
+            acc[1] += st.allocs
+            acc[2] += st.alloc_bytes
+            acc[3] += st.freed_bytes
+            acc[4] = max(acc[4], st.peak_max)
+            acc[5] += st.peak_sum
+        for o in m.ops:
+            oacc = self.memory_ops.setdefault((o.names, o.stage, o.device), [0, 0])
+            oacc[0] += o.allocs
+            oacc[1] += o.alloc_bytes
 
     def add(self, w: OpWindow) -> None:
         self.windows += 1
@@ -92,6 +124,8 @@ class OpTotals:
                 self.cpu_timed += 1
                 self.cpu_run_us += w.op_time.run_us
                 self.cpu_wait_us += w.op_time.wait_us
+        if w.memory is not None:
+            self._add_memory(w.memory)
         if w.gpu is not None:
             self.busy_us += w.gpu.busy_us
             self.span_us += w.gpu.span_us
@@ -133,6 +167,30 @@ class OpTotals:
         self.cpu_timed += other.cpu_timed
         self.cpu_run_us += other.cpu_run_us
         self.cpu_wait_us += other.cpu_wait_us
+        self.memory_windows += other.memory_windows
+        for skey, sacc in other.memory_stages.items():
+            st = self.memory_stages.setdefault(skey, [0, 0, 0, 0, 0, 0])
+            for i in (0, 1, 2, 3, 5):
+                st[i] += sacc[i]
+            st[4] = max(st[4], sacc[4])
+        for okey, oacc in other.memory_ops.items():
+            o = self.memory_ops.setdefault(okey, [0, 0])
+            o[0] += oacc[0]
+            o[1] += oacc[1]
+
+    def torch_memory(self) -> TorchMemory | None:
+        """What the windows profiled with ``profile_memory`` hold; None: none was."""
+        if not self.memory_windows:
+            return None
+        stages = tuple(
+            MemoryStage(stage, device, *acc)
+            for (stage, device), acc in sorted(self.memory_stages.items(), key=lambda kv: -kv[1][2])
+        )
+        ops = tuple(
+            MemoryOp(names, stage, device, *acc)
+            for (names, stage, device), acc in sorted(self.memory_ops.items(), key=lambda kv: -kv[1][1])
+        )
+        return TorchMemory(self.memory_windows, stages, ops)
 
     def op_time(self) -> OpTime | None:
         """The op thread's time summed over the windows that measured it."""

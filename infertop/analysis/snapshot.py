@@ -25,6 +25,7 @@ from infertop.analysis.host_memory import (
 from infertop.analysis.ops import (
     GpuWork,
     OpAccumulator,
+    TorchMemory,
     device_flame,
     gpu_work,
     ops_table,
@@ -86,6 +87,7 @@ class Profiled:
     seconds: float = 0.0  # wall time the windows covered
     truncated: int = 0  # windows cut short (max_events reached)
     op_time: OpTime | None = None  # the op thread's time in and between ops, summed
+    memory: TorchMemory | None = None  # profile_memory's windows; None: none
 
 
 @dataclass(frozen=True)
@@ -444,6 +446,7 @@ def build_snapshot(
             seconds=op_totals.seconds,
             truncated=op_totals.truncated,
             op_time=op_totals.op_time(),
+            memory=op_totals.torch_memory(),
         ),
         nvml=gpu_view(
             session.gpu_upto(t),

@@ -118,6 +118,12 @@ def add_collect_flags(p: argparse.ArgumentParser, defaults: AgentConfig | None) 
     p.add_argument(
         "--record-shapes", action="store_true", help="agent: record input shapes (costs more)"
     )
+    p.add_argument(
+        "--profile-memory",
+        action="store_true",
+        help="agent: every other profiler window is one model call profiled with profile_memory "
+        "(the bytes each op and stage allocates, the peak per call; docs/agent-protocol.md)",
+    )
     hz = f"{defaults.call_sample_hz:g}" if defaults else "the agent's"
     p.add_argument(
         "--call-samples",

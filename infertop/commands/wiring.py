@@ -37,6 +37,7 @@ class CollectOptions:
     profile_window: float | None = None  # None: the agent's default
     profile_period: float | None = None
     record_shapes: bool = False
+    profile_memory: bool = False  # --profile-memory
     call_samples: float | None = None  # None: the agent's default
     children: bool = False
 
@@ -53,6 +54,7 @@ class CollectOptions:
             profile_window=args.profile_window,
             profile_period=args.profile_period,
             record_shapes=args.record_shapes,
+            profile_memory=getattr(args, "profile_memory", False),
             call_samples=args.call_samples,
             children=args.children,
         )
@@ -160,6 +162,8 @@ def agent_config(opts: CollectOptions, cfg: Config) -> AgentConfig:
         agent = replace(agent, period_s=period)
     if opts.record_shapes:
         agent = replace(agent, record_shapes=True)
+    if opts.profile_memory:
+        agent = replace(agent, profile_memory=True)
     if opts.call_samples is not None:
         if not 0 <= opts.call_samples <= 1000:
             raise UsageError(

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from infertop.model.engine import EngineStats
 from infertop.model.gpu import GpuReading
 from infertop.model.host_memory import HostMemoryReading, ObjectCensus
+from infertop.model.torch_memory import OpMemory
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,6 +282,9 @@ class OpWindow:
     #: the process the window is of (1.4): 0 is the target; a child with ``--children``, a
     #: rank of an imported Kineto directory, a process of a merged recording
     pid: int = 0
+    #: what the allocator reported (a model call profiled with ``profile_memory``); None: not
+    #: profiled so (other windows, agents before it, older recordings)
+    memory: OpMemory | None = None
 
 
 @dataclass(frozen=True, slots=True)

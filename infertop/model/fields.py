@@ -22,6 +22,7 @@ from infertop.model.events import (
     SyncStat,
 )
 from infertop.model.numbers import bounded_float, bounded_int
+from infertop.model.torch_memory import MemoryOp, MemoryStage, OpMemory
 
 
 def as_str(x: Any) -> str:
@@ -73,10 +74,11 @@ def _decode_allocator(f: list[Any]) -> AllocatorReading:
     )
 
 
-#: an op window's fields: gpu and op_time may be None, op_time (agents before it) and pid (0:
-#: the target) absent; a receiver ignores names it does not know
+#: an op window's fields: gpu and op_time may be None, op_time (agents before it), pid (0:
+#: the target) and memory (not profiled with profile_memory) absent; a receiver ignores names
+#: it does not know
 OP_WINDOW_FIELDS = ("t_start", "t_end", "source", "events", "truncated", "paths", "kernels",
-                    "memcpy", "syncs", "annotations", "gpu", "op_time", "pid")  # fmt: skip
+                    "memcpy", "syncs", "annotations", "gpu", "op_time", "pid", "memory")  # fmt: skip
 GPU_FIELDS = ("busy_us", "span_us", "max_gap_us")
 #: run_us and wait_us: absent where not measured (agents before them, traces)
 OP_TIME_FIELDS = ("ops", "in_ops_us", "wall_us", "run_us", "wait_us")
@@ -91,6 +93,26 @@ def _mapping(x: Any, what: str) -> dict[str, Any]:
 def _op_time(o: dict[str, Any]) -> OpTime:
     cpu = (as_num(o["run_us"]), as_num(o["wait_us"])) if "run_us" in o and "wait_us" in o else (None, None)
     return OpTime(as_int(o["ops"]), as_num(o["in_ops_us"]), as_num(o["wall_us"]), *cpu)
+
+
+def _op_memory(m: dict[str, Any]) -> OpMemory:
+    stages = tuple(
+        MemoryStage(as_str(r[0]), as_str(r[1]), *(as_int(x) for x in r[2:8]))
+        for r in as_rows(m["stages"], 8)
+    )
+    ops = tuple(
+        MemoryOp(as_names(r[0]), as_str(r[1]), as_str(r[2]), as_int(r[3]), as_int(r[4]))
+        for r in as_rows(m["ops"], 5)
+    )
+    return OpMemory(stages, ops)
+
+
+def _op_memory_fields(m: OpMemory) -> dict[str, Any]:
+    return {
+        "stages": [[s.stage, s.device, s.calls, s.allocs, s.alloc_bytes, s.freed_bytes, s.peak_max,
+                    s.peak_sum] for s in m.stages],
+        "ops": [[list(o.names), o.stage, o.device, o.allocs, o.alloc_bytes] for o in m.ops],
+    }  # fmt: skip
 
 
 def _decode_op_window(d: dict[str, Any]) -> OpWindow:
@@ -114,12 +136,13 @@ def _decode_op_window(d: dict[str, Any]) -> OpWindow:
     annotations = tuple(
         Annotation(as_str(r[0]), as_int(r[1]), as_num(r[2]), as_num(r[3])) for r in as_rows(d["annotations"], 4)
     )
-    g, o = d["gpu"], d.get("op_time")
+    g, o, m = d["gpu"], d.get("op_time"), d.get("memory")
     gpu = None if g is None else GpuActivity(*(as_num(_mapping(g, "gpu")[k]) for k in GPU_FIELDS))
     return OpWindow(
         as_num(d["t_start"]), as_num(d["t_end"]), as_str(d["source"]), as_int(d["events"]), d["truncated"],
         paths, kernels, memcpy, syncs, annotations, gpu,
         None if o is None else _op_time(_mapping(o, "op_time")), as_int(d.get("pid", 0)),
+        None if m is None else _op_memory(_mapping(m, "memory")),
     )  # fmt: skip
 
 
@@ -151,6 +174,8 @@ def op_window_fields(w: OpWindow) -> dict[str, Any]:
     }  # fmt: skip
     if w.pid:
         out["pid"] = w.pid
+    if w.memory is not None:
+        out["memory"] = _op_memory_fields(w.memory)
     return out
 
 

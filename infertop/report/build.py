@@ -126,7 +126,7 @@ def build_record(
         event_loop=loop_record(snap.pauses.event_loop if snap.pauses else None),
         requests=requests_record(snap.requests),
         generation=generation_record(snap.generation),
-        memory=memory_dict(snap.host_memory),
+        memory=memory_dict(snap.host_memory, snap.torch.memory),
         engine=engine_dict(snap.engine),
         findings=[finding_record(f) for f in evaluate(snapshot_input(snap), thresholds)],
         target_exited=snap.exited is not None,

@@ -2,8 +2,8 @@
 from ``/proc`` and its memory cgroup (``analysis/host_memory.py``), and its lines in the text
 report.
 
-What other parts of the memory work will fill (torch's memory by stage) is ``null`` here until
-it is measured.
+``torch``: what the allocator reported in the model calls the agent profiled with
+``profile_memory`` (``analysis/ops.py``, ``TorchMemory``); ``null`` without them.
 """
 
 from __future__ import annotations
@@ -11,6 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from infertop.analysis.host_memory import Growing, HostMemorySummary, ProcessMemory
+from infertop.analysis.ops import TorchMemory
+
+TORCH_OPS = 10  # the ops listed, by bytes allocated
 
 
 def _r(x: float | None, nd: int = 3) -> float | None:
@@ -58,14 +61,62 @@ def _process(p: ProcessMemory) -> dict[str, Any]:
     }
 
 
-def memory_dict(m: HostMemorySummary | None) -> dict[str, Any] | None:
-    """None when no process's memory was read (a recording made before format 1.8, an import)."""
-    if m is None:
+def _per(n: int, calls: int) -> float | None:
+    return round(n / calls, 1) if calls else None
+
+
+def torch_dict(t: TorchMemory | None) -> dict[str, Any] | None:
+    """The ``torch`` record: by stage and device, the peak of a forward call, the ops."""
+    if t is None:
         return None
+    by_stage: dict[str, dict[str, Any]] = {}
+    for st in t.stages:
+        by_stage.setdefault(st.stage, {})[st.device] = {
+            "calls": st.calls,
+            "allocs": st.allocs,
+            "alloc_bytes": st.alloc_bytes,
+            "freed_bytes": st.freed_bytes,
+            "alloc_bytes_per_call": _per(st.alloc_bytes, st.calls),
+            "peak_per_call_bytes": _per(st.peak_sum, st.calls),
+            "peak_max_bytes": st.peak_max if st.calls else None,
+        }
+    forward = [st for st in t.stages if st.stage == "forward" and st.calls]
+    calls = {st.device: st.calls for st in t.stages}
+    return {
+        "windows": t.windows,
+        "by_stage": by_stage,
+        "peak_per_call_bytes": max((st.peak_max for st in forward), default=None),
+        "ops": [
+            {
+                "op": o.names[-1],
+                "path": list(o.names),
+                "stage": o.stage,
+                "device": o.device,
+                "allocs": o.allocs,
+                "alloc_bytes": o.alloc_bytes,
+                "alloc_bytes_per_call": _per(
+                    o.alloc_bytes,
+                    next((st.calls for st in t.stages if (st.stage, st.device) == (o.stage, o.device)), 0),
+                ),
+            }
+            for o in t.ops[:TORCH_OPS]
+        ]
+        if calls
+        else [],
+    }
+
+
+def memory_dict(m: HostMemorySummary | None, torch: TorchMemory | None = None) -> dict[str, Any] | None:
+    """None when no process's memory was read (a recording made before format 1.8, an import)
+    and no model call was profiled with ``profile_memory``."""
+    if m is None:
+        if torch is None:
+            return None
+        return {"processes": [], "growth_bytes_per_s": None, "torch": torch_dict(torch), "growing": []}
     return {
         "processes": [_process(p) for p in m.processes],
         "growth_bytes_per_s": _r(m.growth_bytes_per_s, 1),
-        "torch": None,
+        "torch": torch_dict(torch),
         "growing": [
             growing_dict(g, p.pid)
             for p in sorted(m.processes, key=lambda p: -(p.growth_bytes_per_s or 0.0))

@@ -77,7 +77,7 @@ def test_handshake_sends_the_config_and_messages_become_events(agents) -> None:
     hello, configure, start = agent.received[:3]
     assert hello["client"].startswith("infertop")
     assert configure == {"v": 1, "cmd": "configure", "window_s": 0.25, "period_s": 5.0,
-                         "record_shapes": True, "max_events": 5000,
+                         "record_shapes": True, "profile_memory": False, "max_events": 5000,
                          "stage_functions": [["preprocess", "*server.py:encode_batch"]],
                          "call_sample_hz": 100.0, "pauses": True, "generate_functions": []}  # fmt: skip
     assert start == {"v": 1, "cmd": "start"}

@@ -23,6 +23,9 @@ DEFAULT_CONFIG = {
     "pauses": True,  # garbage collections and asyncio event-loop lag
     # time the entry points the agent knows (an ASGI app's requests: stages.KNOWN_ENTRY_POINTS)
     "known_entry_points": True,
+    # every other window is one model call profiled with profile_memory (window._MemoryCall):
+    # the bytes its ops and stages allocate and its peak (docs/agent-protocol.md)
+    "profile_memory": False,
 }
 #: Never stop a window sooner than this after its start: with profile_all_threads, torch 2.13
 #: corrupted the heap / segfaulted within a few hundred windows stopped 0-5 ms after their
@@ -45,6 +48,11 @@ PROBE_WINDOW_S = MIN_WINDOW_S
 MAX_PATH_ROWS = 4000
 MAX_ANNOTATIONS = 2000
 MAX_KERNEL_ROWS = 2000
+MAX_MEMORY_OP_ROWS = 200  # a window's ops by bytes allocated (profile_memory)
+#: a memory call (profile_memory) waits this long for an nn.Module call to begin, and gives up
+#: on one that has not ended this long after it began
+MEMORY_CALL_WAIT_S = 2.0
+MEMORY_CALL_MAX_S = 30.0
 MAX_SPANS_BUFFERED = 50000
 #: op_time: top-level ops on a thread less than this apart belong to one stretch of model work
 #: (the gap is Python and dispatch); a longer gap is another stage or waiting (measured on the

@@ -7,7 +7,8 @@ import re
 # One event is a tuple:
 #   (kind, name, tid, start_ns, dur_ns, ident, link, nbytes, shapes)
 # kind    Kineto activity type: cpu_op, user_annotation, kernel, gpu_memcpy, gpu_memset,
-#         cuda_runtime, cuda_driver, cuda_sync (others are ignored)
+#         cuda_runtime, cuda_driver, cuda_sync, or memory: an allocation (nbytes > 0) or a
+#         free (< 0) the allocator reported, a window with profile_memory (others are ignored)
 # tid     OS thread id for CPU events, stream for GPU events
 # start_ns unix time in ns; dur_ns duration in ns
 # ident   the event's own id: a CPU op's correlation id ("External id" in trace files); for
@@ -15,14 +16,17 @@ import re
 # link    for runtime calls and GPU events: the ident of the CPU op that launched them (0: none);
 #         only a fallback: runtime calls are placed under ops by time on their thread, GPU work
 #         under the op of the runtime call with the same correlation id
-# nbytes  bytes moved by a memcpy / set by a memset (0 otherwise)
-# shapes  short input-shape string of a CPU op (None unless record_shapes)
+# nbytes  bytes moved by a memcpy / set by a memset, allocated (freed: < 0) by a memory event
+#         (0 otherwise)
+# shapes  short input-shape string of a CPU op (None unless record_shapes); a memory
+#         event's device: "cpu" or "cuda"
 
 EV_KIND, EV_NAME, EV_TID, EV_START, EV_DUR, EV_ID, EV_LINK, EV_BYTES, EV_SHAPES = range(9)
 
 CPU_KINDS = frozenset(("cpu_op", "user_annotation"))
 GPU_KINDS = frozenset(("kernel", "gpu_memcpy", "gpu_memset"))
 RUNTIME_KINDS = frozenset(("cuda_runtime", "cuda_driver"))
+MEMORY_KIND = "memory"
 SYNC_OPS = frozenset(("aten::item", "aten::_local_scalar_dense"))
 COPY_OPS = frozenset(
     (

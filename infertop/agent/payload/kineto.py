@@ -10,7 +10,7 @@ import time
 
 # -- imported as a module (payload_source leaves these lines out) --
 from infertop.agent.payload.constants import C10_QUIET_LEVEL, KINETO_QUIET_LEVEL
-from infertop.agent.payload.events import CPU_KINDS, GPU_KINDS, RUNTIME_KINDS
+from infertop.agent.payload.events import CPU_KINDS, GPU_KINDS, MEMORY_KIND, RUNTIME_KINDS
 
 # -- end --
 
@@ -54,6 +54,10 @@ def kineto_events(results_events, limit, record_shapes, end_ns=None):
     ns = hasattr(cls, "start_ns")
     for e in evs:
         kind = e.activity_type() if has_activity else _guess_kind(e)
+        if kind == "cpu_instant_event" or kind == MEMORY_KIND:
+            if e.name() == "[memory]":  # profile_memory's allocations and frees
+                append(_memory_event(e, has_resource, ns))
+            continue
         cpu = kind in CPU_KINDS
         if not cpu and kind not in GPU_KINDS and kind not in RUNTIME_KINDS and kind != "cuda_sync":
             continue
@@ -84,12 +88,26 @@ def kineto_events(results_events, limit, record_shapes, end_ns=None):
     return out
 
 
+def _memory_event(e, has_resource, ns):
+    """A ``[memory]`` instant event as a ``memory`` event tuple: its thread, time, signed bytes
+    and device (``cpu`` or ``cuda``; other devices' count as ``cpu``)."""
+    start = e.start_ns() if ns else e.start_us() * 1000
+    tid = e.device_resource_id() if has_resource else e.start_thread_id()
+    try:
+        device = "cuda" if str(e.device_type()).endswith("CUDA") else "cpu"
+    except Exception:
+        device = "cpu"
+    return (MEMORY_KIND, "[memory]", tid, start, 0, 0, 0, int(e.nbytes()), device)
+
+
 def _guess_kind(e):
     try:
         device = str(e.device_type())
     except Exception:
         device = "CPU"
     name = e.name()
+    if name == "[memory]":
+        return MEMORY_KIND
     if device.endswith("CPU"):
         try:
             if e.is_user_annotation():

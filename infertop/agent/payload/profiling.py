@@ -7,6 +7,8 @@ import time
 # -- imported as a module (payload_source leaves these lines out) --
 from infertop.agent.payload.constants import (
     COST_BUDGET,
+    MEMORY_CALL_MAX_S,
+    MEMORY_CALL_WAIT_S,
     MIN_WINDOW_S,
     PROBE_WINDOW_S,
     WINDOW_SLOWDOWN,
@@ -14,7 +16,13 @@ from infertop.agent.payload.constants import (
 from infertop.agent.payload.kineto import _KinetoLog, kineto_events
 from infertop.agent.payload.memory import _trim_heap
 from infertop.agent.payload.reduce import op_thread_cpu, reduce_events
-from infertop.agent.payload.window import _experimental_config, _torch, _warm_up, _Window
+from infertop.agent.payload.window import (
+    _experimental_config,
+    _MemoryCall,
+    _torch,
+    _warm_up,
+    _Window,
+)
 
 # -- end --
 
@@ -34,6 +42,7 @@ class _ProfilingMixin:
         self.kineto_ready = False
         self.experimental_config = None
         self.all_threads = False
+        self.memory_next = False  # profile_memory: the next window is a memory call
 
     def prepare_torch(self, on_this_thread):
         """Set up profiling if torch is imported; ``on_this_thread``: also warm up here."""
@@ -83,14 +92,21 @@ class _ProfilingMixin:
                 "this torch cannot profile other threads from the agent's thread",
             )
         first_init = self.kineto_log is None or not self.kineto_log.initialised()
+        # profile_memory: every other window is one model call profiled on its own thread
+        # (_MemoryCall), the first after a window over all threads has set libkineto up
+        memory_call = bool(self.config.get("profile_memory")) and self.memory_next and self.seq > 0
+        self.memory_next = not memory_call
         try:
-            window = _Window(torch, self.config, self.kineto_log, self.experimental_config, first_init)
+            if memory_call:
+                window = _MemoryCall(torch, self.config, self.kineto_log)
+            else:
+                window = _Window(torch, self.config, self.kineto_log, self.experimental_config, first_init)
             window.start()
         except Exception as exc:
             self._status_once("start-failed", "no-profiler", "profiler window failed to start: %s" % exc)
             return
         self.window = window
-        self.window_deadline = time.monotonic() + self._window_length()
+        self.window_deadline = time.monotonic() + (MEMORY_CALL_WAIT_S if memory_call else self._window_length())
 
     def _profile_now(self):
         """A window now, out of the cycle (``watch``'s incidents): (started, why not). Never
@@ -114,6 +130,11 @@ class _ProfilingMixin:
         window, self.window = self.window, None
         if window is None:
             return
+        memory_call = isinstance(window, _MemoryCall)
+        if memory_call and send and window.pending() and time.monotonic() - window.started_mono < MEMORY_CALL_MAX_S:
+            self.window = window  # the call it profiles has not ended: look again soon
+            self.window_deadline = time.monotonic() + 0.1
+            return
         t_end = time.time()
         t_start = window.t_start
         work_start = time.monotonic()
@@ -123,6 +144,15 @@ class _ProfilingMixin:
             self._send({"type": "status", "state": "window-failed", "message": "profiler stop failed: %s" % exc})
             return
         stopped_ns = time.time_ns()
+        if memory_call:
+            if not raw:
+                if send and window.state != "failed":
+                    self._status_once(
+                        "no-memory-call", "partial",
+                        "no nn.Module call began in %.0f s: no memory profile" % MEMORY_CALL_WAIT_S,
+                    )  # fmt: skip
+                return
+            t_start, t_end, stopped_ns = window.t_start, window.t_end, window.stopped_ns
         if not send:
             del raw
             _trim_heap()
@@ -145,7 +175,9 @@ class _ProfilingMixin:
         try:
             events = kineto_events(raw, max_events, window.record_shapes, end_ns=stopped_ns)
             del raw
-            body = reduce_events(events, t_start, t_end, device_profiled=window.use_cuda)
+            body = reduce_events(
+                events, t_start, t_end, device_profiled=window.use_cuda, memory=window.profile_memory
+            )
             op_thread_cpu(body["op_time"], window.cpu_start, window.cpu_end)
         except Exception as exc:
             self._send({"type": "status", "state": "window-failed", "message": "cannot read profile: %s" % exc})
@@ -153,7 +185,9 @@ class _ProfilingMixin:
         del events
         _trim_heap()
         recorded = max(work_start - window.started_mono, 1e-3)
-        if full or truncated:
+        if memory_call:  # the call's time under the profiler; its start and stop on its thread
+            recorded = max(t_end - t_start, 1e-3) + window.target_s / WINDOW_SLOWDOWN
+        elif full or truncated:
             # the next window's length follows from this rate (see _window_length); rates
             # fluctuate, so a lower one only halves the estimate
             rate = n / recorded

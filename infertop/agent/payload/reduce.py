@@ -7,6 +7,7 @@ from __future__ import annotations
 from infertop.agent.payload.constants import (
     MAX_ANNOTATIONS,
     MAX_KERNEL_ROWS,
+    MAX_MEMORY_OP_ROWS,
     MAX_PATH_ROWS,
     OP_GAP_NS,
     STAGE_PREFIX,
@@ -24,6 +25,7 @@ from infertop.agent.payload.events import (
     EV_START,
     EV_TID,
     GPU_KINDS,
+    MEMORY_KIND,
     RUNTIME_KINDS,
     SYNC_OPS,
     _us,
@@ -35,14 +37,15 @@ from infertop.agent.payload.events import (
 # -- end --
 
 
-def reduce_events(events, t_start, t_end, device_profiled=None):
+def reduce_events(events, t_start, t_end, device_profiled=None, memory=None):
     """Aggregate one window's events into the ``window`` message fields.
 
     ``events`` is an iterable of event tuples (see ``events.py``); ``t_start``/``t_end`` the
     window in unix seconds. ``device_profiled`` says whether device activity was being recorded
     (decides whether ``aten::item`` counts as a device sync); None: whenever any device event is
     present. Returns a dict with ``paths``, ``kernels``, ``memcpy``, ``syncs``, ``annotations``,
-    ``gpu``, ``op_time``.
+    ``gpu``, ``op_time``, and ``memory`` (``memory_table``) where ``memory`` is true (the window
+    had ``profile_memory``) or, with ``memory`` None, where there are memory events.
 
     The phases, in order: sort the events by kind; the device syncs; per thread, nest the CPU
     ops by time and place the runtime calls under them; mark the ops that waited on the device;
@@ -61,6 +64,8 @@ def reduce_events(events, t_start, t_end, device_profiled=None):
     fields = _rows(path_of, agg, kern, copies, sync_agg, ops.annotations)
     fields["gpu"] = gpu_busy(intervals, t_start, t_end) if intervals else None
     fields["op_time"] = op_time(ops.tops_by_tid, stops=not device_profiled)
+    if memory or (memory is None and ops.memory):
+        fields["memory"] = memory_table(ops, path_of)
     return fields
 
 
@@ -73,7 +78,7 @@ def _events_by_kind(events):
     sync_events = []
     for ev in events:
         kind = ev[EV_KIND]
-        if kind in CPU_KINDS or kind in RUNTIME_KINDS:
+        if kind in CPU_KINDS or kind in RUNTIME_KINDS or kind == MEMORY_KIND:
             lst = cpu_by_tid.get(ev[EV_TID])
             if lst is None:
                 lst = cpu_by_tid[ev[EV_TID]] = []
@@ -159,7 +164,12 @@ class _OpRecords:
         self.by_id = {}  # the op's correlation id -> record
         self.runtime_op = {}  # a runtime call's correlation id -> record of the op around it
         self.tops_by_tid = {}  # tid -> [(start_ns, end_ns, name)] of its top-level ops
+        self.top_records = {}  # tid -> the records of its top-level ops, in time order
         self.annotations = []  # (start_ns, name, tid, end_ns)
+        # memory events: (tid, start_ns, bytes, device, record of the op around it or -1,
+        # stage of the annotation around it or None), in time order per thread
+        self.memory = []
+        self.stage_calls = []  # (stage, {device: [bytes now, peak]}) of each stage annotation
 
 
 def _nest_ops(cpu_by_tid, intern, sync_item):
@@ -179,12 +189,14 @@ def _nest_ops(cpu_by_tid, intern, sync_item):
     runtime_op = ops.runtime_op
     tops_by_tid = ops.tops_by_tid
     annotations = ops.annotations
+    memory = ops.memory
     unplaced = []  # runtime calls outside any op on their thread
     for tid, lst in cpu_by_tid.items():
         tops = tops_by_tid[tid] = []
+        top_records = ops.top_records[tid] = []
         lst.sort(key=lambda e: (e[EV_START], -e[EV_DUR]))
         op_stack = []  # (end_ns, record index)
-        ann_stack = []  # (end_ns, stage or None)
+        ann_stack = []  # (end_ns, stage or None, {device: [bytes now, peak]} of a stage call)
         for ev in lst:
             start = ev[EV_START]
             end = start + ev[EV_DUR]
@@ -194,6 +206,18 @@ def _nest_ops(cpu_by_tid, intern, sync_item):
                 ann_stack.pop()
             name = ev[EV_NAME]
             kind = ev[EV_KIND]
+            if kind == MEMORY_KIND:
+                nbytes = ev[EV_BYTES]
+                device = ev[EV_SHAPES]
+                memory.append(
+                    (tid, start, nbytes, device, op_stack[-1][1] if op_stack else -1,
+                     ann_stack[-1][1] if ann_stack else None)
+                )  # fmt: skip
+                for entry in ann_stack:  # every stage call this allocation is inside
+                    acc = entry[2]
+                    if acc is not None:
+                        _add_bytes(acc, device, nbytes)
+                continue
             if kind in RUNTIME_KINDS:
                 op = op_stack[-1][1] if op_stack else None
                 if op is None:
@@ -204,11 +228,14 @@ def _nest_ops(cpu_by_tid, intern, sync_item):
                         rec_sync[op] = True
                 continue
             if kind == "user_annotation":
+                acc = None
                 if name.startswith(STAGE_PREFIX) and len(name) > len(STAGE_PREFIX):
                     stage = name[len(STAGE_PREFIX) :]
+                    acc = {}
+                    ops.stage_calls.append((stage, acc))
                 else:
                     stage = ann_stack[-1][1] if ann_stack else None
-                ann_stack.append((end, stage))
+                ann_stack.append((end, stage, acc))
                 annotations.append((start, name, tid, end))
                 continue
             if op_stack:
@@ -218,6 +245,7 @@ def _nest_ops(cpu_by_tid, intern, sync_item):
             else:
                 parent = -1
                 tops.append((start, end, name))
+                top_records.append(len(rec_node))
                 parent_node = 0
             idx = len(rec_node)
             rec_node.append(intern(parent_node, name))
@@ -349,6 +377,123 @@ def _device_tables(gpu, ops, intern, agg):
                 c[2] += dur
         intervals.append((ev[EV_START], ev[EV_START] + dur))
     return kern, copies, intervals
+
+
+def _add_bytes(acc, device, nbytes):
+    """One allocation (or free) into a call's ``{device: [bytes now, peak]}``."""
+    a = acc.get(device)
+    if a is None:
+        a = acc[device] = [0, 0]
+    a[0] += nbytes
+    if a[0] > a[1]:
+        a[1] = a[0]
+
+
+def _stretch_calls(ops, stage_of, gap_ns=OP_GAP_NS):
+    """Calls of ``forward`` where no stage annotation says where calls begin: per thread, each
+    stretch of top-level ``forward`` ops less than ``gap_ns`` apart (as ``op_time``'s), with the
+    peak of the bytes allocated in it over its start. Returns [(stage, {device: [now, peak]})]."""
+    calls = []
+    mem_by_tid = {}
+    for m in ops.memory:
+        mem_by_tid.setdefault(m[0], []).append(m)
+    rec_dur = ops.dur
+    for tid, records in ops.top_records.items():
+        tops = ops.tops_by_tid[tid]
+        stretches = []  # [start, end]
+        for i, rec in enumerate(records):
+            if stage_of(rec) != "forward":
+                continue
+            s, e = tops[i][0], tops[i][0] + rec_dur[rec]
+            if stretches and s - stretches[-1][1] < gap_ns:
+                if e > stretches[-1][1]:
+                    stretches[-1][1] = e
+            else:
+                stretches.append([s, e])
+        mem = mem_by_tid.get(tid, ())
+        j = 0
+        for s, e in stretches:
+            acc = {}
+            while j < len(mem) and mem[j][1] < s:
+                j += 1
+            while j < len(mem) and mem[j][1] <= e:
+                if mem[j][5] is None:  # not inside an annotated stage
+                    _add_bytes(acc, mem[j][3], mem[j][2])
+                j += 1
+            calls.append(("forward", acc))
+    return calls
+
+
+def memory_table(ops, path_of):
+    """The window's ``memory`` field: what the allocator reported (``profile_memory``), by stage
+    and by op, and each stage's peak per call.
+
+    ``stages``: ``[stage, device, calls, allocs, alloc_bytes, freed_bytes, peak_max,
+    peak_sum]``: an allocation belongs to the stage of the op it happened in (of the annotation
+    around it outside any op, else ``forward``); its calls are the stage annotations in the
+    window, or for ``forward`` without any, the stretches of top-level ops (``op_time``'s); a
+    call's peak is the most its bytes (allocated less freed) rose over its start; ``peak_max``
+    the largest, ``peak_sum`` their sum (the mean is ``peak_sum / calls``). ``ops``: ``[path,
+    stage, device, allocs, alloc_bytes]`` of the innermost op each allocation happened in, the
+    largest ``MAX_MEMORY_OP_ROWS``."""
+    stage_of = _stage_lookup(ops)
+    rec_node = ops.node
+    by_stage = {}
+    by_op = {}
+    for _tid, _start, nbytes, device, op, ann_stage in ops.memory:
+        if op >= 0:
+            stage = stage_of(op)
+        else:
+            stage = ann_stage if ann_stage is not None else "forward"
+        a = by_stage.get((stage, device))
+        if a is None:
+            a = by_stage[(stage, device)] = [0, 0, 0]
+        if nbytes >= 0:
+            a[0] += 1
+            a[1] += nbytes
+            if op >= 0:
+                key = (rec_node[op], stage, device)
+                b = by_op.get(key)
+                if b is None:
+                    by_op[key] = [1, nbytes]
+                else:
+                    b[0] += 1
+                    b[1] += nbytes
+        else:
+            a[2] -= nbytes
+    calls = ops.stage_calls
+    annotated = {stage for stage, _acc in calls}
+    if "forward" not in annotated:
+        calls = calls + _stretch_calls(ops, stage_of)
+    peaks = {}  # stage -> [calls, {device: [peak_max, peak_sum]}]
+    for stage, acc in calls:
+        p = peaks.get(stage)
+        if p is None:
+            p = peaks[stage] = [0, {}]
+        p[0] += 1
+        for device, (_now, peak) in acc.items():
+            d = p[1].get(device)
+            if d is None:
+                p[1][device] = [peak, peak]
+            else:
+                if peak > d[0]:
+                    d[0] = peak
+                d[1] += peak
+    stages = []
+    for (stage, device), a in sorted(by_stage.items(), key=lambda kv: -kv[1][1]):
+        p = peaks.get(stage)
+        d = p[1].get(device) if p is not None else None
+        stages.append(
+            [stage, device, p[0] if p is not None else 0, a[0], a[1], a[2],
+             d[0] if d else 0, d[1] if d else 0]
+        )  # fmt: skip
+    op_rows = [
+        [path_of(node), stage, device, b[0], b[1]]
+        for (node, stage, device), b in sorted(by_op.items(), key=lambda kv: -kv[1][1])[
+            :MAX_MEMORY_OP_ROWS
+        ]
+    ]
+    return {"stages": stages, "ops": op_rows}
 
 
 def _rows(path_of, agg, kern, copies, sync_agg, annotations):

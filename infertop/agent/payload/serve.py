@@ -269,7 +269,7 @@ class _ServingMixin:
                 raise ValueError("max_events must be an integer")
             lo, hi = LIMITS["max_events"]
             new["max_events"] = int(min(max(value, lo), hi))
-        for key in ("pauses", "known_entry_points"):
+        for key in ("pauses", "known_entry_points", "profile_memory"):
             if key in msg:
                 if not isinstance(msg[key], bool):
                     raise ValueError("%s must be true or false" % key)

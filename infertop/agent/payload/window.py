@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 
 # -- imported as a module (payload_source leaves these lines out) --
@@ -61,10 +62,13 @@ def _threads_cpu():
     return out
 
 
-def _new_profile(torch, record_shapes, experimental_config, use_cuda):
+def _new_profile(torch, record_shapes, experimental_config, use_cuda, profile_memory=False):
     """A low-level ``torch.autograd.profiler.profile`` (not ``torch.profiler.profile``, whose
-    prepare step imports ``torch._inductor``: ~1 s and much memory in a target that never did)."""
+    prepare step imports ``torch._inductor``: ~1 s and much memory in a target that never did).
+    ``profile_memory``: the allocator's allocations and frees too (``memory`` events)."""
     kwargs = {"use_kineto": True, "record_shapes": bool(record_shapes)}
+    if profile_memory:
+        kwargs["profile_memory"] = True
     if experimental_config is not None:
         kwargs["experimental_config"] = experimental_config
     try:
@@ -79,6 +83,9 @@ class _Window:
     def __init__(self, torch, config, kineto_log, experimental_config, first_init):
         self.torch = torch
         self.record_shapes = bool(config["record_shapes"])
+        # no profile_memory here: the allocator reports to the allocating thread's profiler
+        # only, never to one over all threads started elsewhere (_MemoryCall does that)
+        self.profile_memory = False
         self.use_cuda = _cuda_in_use(torch)
         self.prof = _new_profile(torch, self.record_shapes, experimental_config, self.use_cuda)
         self.kineto_log = kineto_log
@@ -126,6 +133,139 @@ class _Window:
             self.kineto_log.restore_c10(c10_level)
             self.kineto_log.restore(self.log_level)
             self.prof = None
+
+
+def _module_calls(code):
+    """How many frames of ``code`` (``Module._call_impl``'s) the calling thread's stack holds."""
+    n = 0
+    f = sys._getframe(2)
+    while f is not None:
+        if f.f_code is code:
+            n += 1
+        f = f.f_back
+    return n
+
+
+class _MemoryCall:
+    """One model call profiled with ``profile_memory`` on the thread that makes it: the
+    allocator reports to the profiler of the allocating thread only, which a window over all
+    threads from the agent's thread is not (torch 2.13: no memory events at all). ``start``
+    registers global module hooks; the next outermost ``nn.Module`` call on any thread claims
+    them, runs under a profiler of its own thread, which its end stops; the hooks go as it ends
+    (or when ``close`` gives up). The agent's thread reduces the events (``stop``), as a window's."""
+
+    def __init__(self, torch, config, kineto_log):
+        self.torch = torch
+        self.record_shapes = bool(config["record_shapes"])
+        self.profile_memory = True
+        self.use_cuda = _cuda_in_use(torch)
+        self.kineto_log = kineto_log
+        self.lock = threading.Lock()
+        self.state = "armed"  # -> running (claimed) -> done | failed; closed: given up
+        self.owner = None  # the claiming thread's ident
+        self.module = None
+        self.prof = None
+        self.raw = None
+        self.log_level = None
+        self.hooks = []
+        self.code = torch.nn.Module._call_impl.__code__
+        self.t_start = self.t_end = 0.0
+        self.started_mono = 0.0  # when armed; the call's own start once claimed
+        self.stopped_ns = 0
+        self.target_s = 0.0  # the profiler's start and stop, on the target's thread
+        self.grace_s = 0.0
+        self.cpu_start = self.cpu_end = {}
+
+    def start(self):
+        hooks = self.torch.nn.modules.module
+        self.hooks.append(hooks.register_module_forward_pre_hook(self._pre))
+        try:
+            self.hooks.append(hooks.register_module_forward_hook(self._post, always_call=True))
+        except TypeError:  # torch < 2.0
+            self.hooks.append(hooks.register_module_forward_hook(self._post))
+        self.started_mono = time.monotonic()
+        self.t_start = time.time()
+
+    def _remove_hooks(self):
+        hooks, self.hooks = self.hooks, []
+        for h in hooks:
+            try:
+                h.remove()
+            except Exception:
+                pass
+
+    def _pre(self, module, args):
+        if self.state != "armed" or _module_calls(self.code) != 1:
+            return None
+        with self.lock:
+            if self.state != "armed":
+                return None
+            self.state = "running"
+        t0 = time.perf_counter()
+        self.owner = threading.get_ident()
+        self.module = module
+        try:
+            prof = _new_profile(self.torch, self.record_shapes, None, self.use_cuda, True)
+            prof._prepare_trace()
+            self.log_level = self.kineto_log.quiet()
+            prof._start_trace()
+            self.prof = prof
+        except Exception:
+            self.kineto_log.restore(self.log_level)
+            self.state = "failed"
+            self._remove_hooks()
+        self.t_start = time.time()
+        self.started_mono = time.monotonic()
+        self.target_s += time.perf_counter() - t0
+        return None
+
+    def _post(self, module, args, output):
+        if self.state not in ("running", "closed") or self.prof is None:
+            return None
+        if module is not self.module or threading.get_ident() != self.owner:
+            return None
+        if _module_calls(self.code) != 1:
+            return None
+        t0 = time.perf_counter()
+        self.t_end = time.time()
+        prof, self.prof = self.prof, None
+        self._remove_hooks()
+        raw = None
+        try:
+            prof.__exit__(None, None, None)
+            results = prof.kineto_results
+            raw = results.events() if results is not None else []
+        except Exception:
+            raw = None
+        finally:
+            self.kineto_log.restore(self.log_level)
+        self.stopped_ns = time.time_ns()
+        with self.lock:
+            if self.state == "running" and raw is not None:
+                self.raw = raw
+                self.state = "done"
+            elif self.state == "running":
+                self.state = "failed"
+        self.target_s += time.perf_counter() - t0
+        return None
+
+    def pending(self):
+        """The claimed call has not ended yet."""
+        return self.state == "running"
+
+    def close(self):
+        """Give up on a call not claimed yet (or still running): its hooks go now, a running
+        call's own end stops its profiler and drops what it recorded."""
+        with self.lock:
+            if self.state in ("armed", "running"):
+                self.state = "closed"
+        self._remove_hooks()
+
+    def stop(self):
+        """The claimed call's raw ``_KinetoEvent`` list ([] when none was profiled)."""
+        self.close()
+        raw, self.raw = self.raw, None
+        return raw if raw is not None else []
 
 
 def _remove_op_callbacks(torch, prof):

@@ -52,6 +52,9 @@ class AgentConfig:
     window_s: float = 0.25  # length of one torch.profiler window
     period_s: float = 10.0  # a window starts every this many seconds
     record_shapes: bool = False
+    #: every other window one model call profiled with profile_memory (the bytes its ops and
+    #: stages allocate, its peak): off by default, see docs/performance.md
+    profile_memory: bool = False
     max_events: int = 20_000  # a window is cut short (``truncated``) past this many events
     stage_functions: tuple[tuple[str, str], ...] = ()  # (stage, pattern), timed by the agent
     #: stacks a second of the threads inside stage calls (tail attribution); 0: none
@@ -67,6 +70,7 @@ class AgentConfig:
             "window_s": self.window_s,
             "period_s": self.period_s,
             "record_shapes": self.record_shapes,
+            "profile_memory": self.profile_memory,
             "max_events": self.max_events,
             "stage_functions": [[s, p] for s, p in self.stage_functions],
             "call_sample_hz": self.call_sample_hz,

@@ -1,0 +1,79 @@
+"""Torch memory by stage and op (profile_memory): a window's memory events reduced by the
+agent's own code, carried by name, merged over windows and reported."""
+
+from __future__ import annotations
+
+from infertop.agent.payload.reduce import reduce_events
+from infertop.analysis.ops import merge_windows
+from infertop.model.fields import decode_op_window, op_window_fields
+from infertop.report.memory import memory_dict
+
+MIB = 1 << 20
+T0 = 1_700_000_000_000_000_000
+
+
+def op(name, tid, start_us, dur_us, ident):
+    return ("cpu_op", name, tid, T0 + start_us * 1000, dur_us * 1000, ident, 0, 0, None)
+
+
+def ann(name, tid, start_us, dur_us):
+    return ("user_annotation", name, tid, T0 + start_us * 1000, dur_us * 1000, 0, 0, 0, None)
+
+
+def mem(tid, at_us, nbytes, device="cuda"):
+    return ("memory", "[memory]", tid, T0 + at_us * 1000, 0, 0, 0, nbytes, device)
+
+
+def _window(events):
+    body = reduce_events(events, T0 / 1e9, T0 / 1e9 + 1, memory=True)
+    return decode_op_window(dict(body, t_start=T0 / 1e9, t_end=T0 / 1e9 + 1, source="agent",
+                                 events=len(events), truncated=False))  # fmt: skip
+
+
+def two_forward_calls():
+    """Two calls of an unannotated forward 10 ms apart (stretches of ops), each allocating
+    4 MiB then 2 MiB, freeing the 4 MiB, a preprocess stage annotated around one op."""
+    ev = [ann("infertop:preprocess", 1, 0, 100), op("aten::to", 1, 10, 50, 1), mem(1, 20, MIB)]
+    for i, t in enumerate((1000, 11000)):
+        ev += [
+            op("aten::linear", 1, t, 400, 10 + 3 * i),
+            op("aten::addmm", 1, t + 10, 300, 11 + 3 * i),
+            mem(1, t + 20, 4 * MIB),
+            op("aten::relu", 1, t + 500, 100, 12 + 3 * i),
+            mem(1, t + 510, 2 * MIB),
+            mem(1, t + 590, -4 * MIB),
+        ]
+    return ev
+
+
+def test_bytes_by_stage_and_op_and_the_peak_of_each_forward_call():
+    w = _window(two_forward_calls())
+    assert w.memory is not None
+    stages = {(s.stage, s.device): s for s in w.memory.stages}
+    fwd = stages[("forward", "cuda")]
+    assert (fwd.calls, fwd.allocs, fwd.alloc_bytes, fwd.freed_bytes) == (2, 4, 12 * MIB, 8 * MIB)
+    assert fwd.peak_max == 6 * MIB and fwd.peak_sum == 12 * MIB
+    pre = stages[("preprocess", "cuda")]
+    assert (pre.calls, pre.alloc_bytes, pre.peak_max) == (1, MIB, MIB)
+    ops = {o.names: o for o in w.memory.ops}
+    assert ops[("aten::linear", "aten::addmm")].alloc_bytes == 8 * MIB
+    assert ops[("aten::relu",)].alloc_bytes == 4 * MIB
+    # carried by name, as a recording holds it
+    assert decode_op_window(op_window_fields(w)) == w
+
+
+def test_windows_without_profile_memory_carry_none_and_old_fields_decode():
+    body = reduce_events([op("aten::mm", 1, 0, 10, 1)], T0 / 1e9, T0 / 1e9 + 1)
+    assert "memory" not in body
+    fields = dict(body, t_start=0.0, t_end=1.0, source="agent", events=1, truncated=False)
+    assert decode_op_window(fields).memory is None
+
+
+def test_report_torch_by_stage_and_the_forward_peak():
+    totals = merge_windows([_window(two_forward_calls()), _window(two_forward_calls())])
+    torch = memory_dict(None, totals.torch_memory())["torch"]
+    fwd = torch["by_stage"]["forward"]["cuda"]
+    assert fwd["calls"] == 4 and fwd["alloc_bytes_per_call"] == 6 * MIB
+    assert fwd["peak_per_call_bytes"] == 6 * MIB and torch["peak_per_call_bytes"] == 6 * MIB
+    assert torch["ops"][0]["op"] == "aten::addmm" and torch["ops"][0]["alloc_bytes_per_call"] == 4 * MIB
+    assert memory_dict(None, merge_windows([]).torch_memory()) is None
