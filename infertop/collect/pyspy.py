@@ -117,6 +117,11 @@ def sweep_stale_folders(root: str) -> int:
     return removed
 
 
+#: the processes' CPU waits are read at least this often, however long a window (the triggers
+#: judge a firing's CPU from them: a window lengthened to 8 s on a starved host came too late)
+CPU_WAIT_EVERY_S = 1.0
+
+
 @dataclass(frozen=True, slots=True)
 class RawSampleWindow:
     """A window before interning: stacks as frame tuples (root first)."""
@@ -418,9 +423,14 @@ class PySpyCollector:
         self.priority.started(proc.pid)
         deadline = t_start + d + START_GRACE_S
         judged = 0.0
+        read_cpu = t_start
         while proc.poll() is None and not self._stop.is_set() and time.time() < deadline:
             self._stop.wait(0.05)
-            elapsed = time.time() - t_start
+            now = time.time()
+            if now - read_cpu >= CPU_WAIT_EVERY_S:  # a long window's waits come on time too
+                self._put_cpu_waits(pids, now)
+                read_cpu = now
+            elapsed = now - t_start
             self.priority.watch(proc.pid, elapsed)
             if elapsed - judged >= 0.25 and proc.poll() is None:
                 judged = elapsed  # its lateness so far (it ends by itself: judged while alive)
