@@ -467,11 +467,15 @@ class Bench:
 
         def poll() -> None:  # vLLM's gauges every 0.5 s, for the engine's comparison
             while not polled.wait(0.5):
+                t = time.time()
                 try:
                     m = scrape(self.port)
                 except OSError:
                     continue
-                gauges.append({k: m[name] for k, name in GAUGES.items() if name in m})
+                row = {k: m[name] for k, name in GAUGES.items() if name in m}
+                row.update({"t": time.time(), "took": time.time() - t})
+                row.update({k: m[n] for k, n in COUNTERS.items() if n in m})
+                gauges.append(row)
 
         poller = threading.Thread(target=poll, daemon=True)
         poller.start()
@@ -528,6 +532,7 @@ class Bench:
             for k in GAUGES
             if (xs := [g[k] for g in gauges if k in g])
         }
+        info["polls"] = gauges
         whole = self._numbers("recorded", t0, t1, m0, m1, c0, c1)
         # record's own parts: attaching (launch to its first progress line), the steady
         # recording (first to last progress line) and stopping (last progress line to exit)
@@ -682,6 +687,35 @@ def summarize_report(rep: dict) -> list[str]:
         text = json.dumps(val)
         out.append(f"{key}: {text if len(text) <= 1200 else text[:1200] + ' ...'}")
     return out
+
+
+def scheduler_span(path: Path) -> tuple[float, float] | None:
+    """The first and last step of the engine's scheduler the recording read (unix s); None
+    without. Reads infertop's recording reader, as ``collector_notes`` does."""
+    try:
+        from infertop.model.engine import EngineStats
+        from infertop.record.reader import read_recording
+
+        es = [e for e in read_recording(str(path)).events if isinstance(e, EngineStats)]
+    except Exception:  # noqa: BLE001 - a diagnostic only
+        return None
+    return (min(e.t_start for e in es), max(e.t_end for e in es)) if es else None
+
+
+def same_window(polls: list[dict], span: tuple[float, float] | None) -> str:
+    """vLLM's counters and gauges from the polls inside the steps the recording read: the
+    counters' differences between the first and last such poll, per second, and the gauges'
+    means: the same window as the report's rates."""
+    if span is None:
+        return "same window: no scheduler steps in the recording"
+    inside = [p for p in polls if span[0] <= p["t"] <= span[1]]
+    if len(inside) < 2:
+        return "same window: fewer than two polls inside it"
+    a, b = inside[0], inside[-1]
+    secs = b["t"] - a["t"]
+    cells = [f"{k} {(b[k] - a[k]) / secs:.3g}/s" for k in COUNTERS if k in a and k in b]
+    cells += [f"{k} mean {statistics.fmean(p[k] for p in inside):.3g}" for k in GAUGES if k in a]
+    return f"vLLM over the steps read ({len(inside)} polls, {secs:.1f} s): " + ", ".join(cells)
 
 
 def engine_against_metrics(e: dict | None, gauges: dict, whole: dict) -> str:
@@ -923,6 +957,7 @@ def main() -> int:
                 for line in summarize_report(report):
                     print(line)
                 print(engine_against_metrics(report.get("engine"), info["gauges"], whole))
+                print(same_window(info["polls"], scheduler_span(rec_path)))
             collector_notes(rec_path)
         else:
             print(f"no recording at {rec_path}")

@@ -5,6 +5,9 @@
 #     scripts/vllm/serve.sh [start] [--port 8765] [--model DIR] [--log FILE] [--timeout S]
 #     scripts/vllm/serve.sh stop PID      # SIGTERM the server's process tree, SIGKILL what is left
 #
+# VLLM_EXTRA_ARGS: more flags for vLLM's server, as one string (a small KV cache, to see it
+# fill and preempt: VLLM_EXTRA_ARGS="--num-gpu-blocks-override 4", blocks of 128 tokens here)
+#
 # `start` prints `ready pid=PID port=PORT log=FILE` as its last line and exits 0 once the server
 # is ready (65-80 s on 2 idle cores); it exits 1, killing what it started, if the server dies or
 # is not ready by the deadline (default 300 s). The server keeps running: stop it with `stop PID`
@@ -58,7 +61,7 @@ while [ $# -gt 0 ]; do
     --model) MODEL="$2"; shift 2 ;;
     --log) LOG="$2"; shift 2 ;;
     --timeout) TIMEOUT="$2"; shift 2 ;;
-    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -69,7 +72,7 @@ LOG="${LOG:-/tmp/vllm-server-$PORT.log}"
 # setsid: the server and its children in a session of their own, away from our terminal's signals
 VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=auto setsid "$VENV/bin/python" \
   -m vllm.entrypoints.openai.api_server --model "$MODEL" --max-model-len 256 \
-  --dtype float32 --port "$PORT" > "$LOG" 2>&1 < /dev/null &
+  --dtype float32 --port "$PORT" ${VLLM_EXTRA_ARGS:-} > "$LOG" 2>&1 < /dev/null &
 PID=$!
 trap 'stop_tree "$PID"; exit 130' INT TERM  # interrupted while waiting: leave nothing behind
 echo "vLLM API server pid $PID, port $PORT, log $LOG: waiting for /health (up to ${TIMEOUT} s)" >&2
