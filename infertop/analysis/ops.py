@@ -47,6 +47,8 @@ class TorchMemory:
     windows: int
     stages: tuple[MemoryStage, ...]
     ops: tuple[MemoryOp, ...]
+    #: (rows, device, the largest forward peak of a call of that batch), by rows
+    by_rows: tuple[tuple[int, str, int], ...] = ()
 
 
 class OpTotals:
@@ -72,6 +74,7 @@ class OpTotals:
         self.memory_windows = 0
         self.memory_stages: dict[tuple[str, str], list[int]] = {}
         self.memory_ops: dict[tuple[tuple[str, ...], str, str], list[int]] = {}
+        self.memory_rows: dict[tuple[int, str], int] = {}  # (rows, device) -> forward peak
 
     def _add_memory(self, m: OpMemory) -> None:
         self.memory_windows += 1
@@ -83,6 +86,9 @@ class OpTotals:
             acc[3] += st.freed_bytes
             acc[4] = max(acc[4], st.peak_max)
             acc[5] += st.peak_sum
+            if m.rows is not None and st.stage == "forward" and st.calls:
+                key = (m.rows, st.device)
+                self.memory_rows[key] = max(self.memory_rows.get(key, 0), st.peak_max)
         for o in m.ops:
             oacc = self.memory_ops.setdefault((o.names, o.stage, o.device), [0, 0])
             oacc[0] += o.allocs
@@ -177,6 +183,8 @@ class OpTotals:
             o = self.memory_ops.setdefault(okey, [0, 0])
             o[0] += oacc[0]
             o[1] += oacc[1]
+        for rkey, peak in other.memory_rows.items():
+            self.memory_rows[rkey] = max(self.memory_rows.get(rkey, 0), peak)
 
     def torch_memory(self) -> TorchMemory | None:
         """What the windows profiled with ``profile_memory`` hold; None: none was."""
@@ -190,7 +198,8 @@ class OpTotals:
             MemoryOp(names, stage, device, *acc)
             for (names, stage, device), acc in sorted(self.memory_ops.items(), key=lambda kv: -kv[1][1])
         )
-        return TorchMemory(self.memory_windows, stages, ops)
+        by_rows = tuple(sorted((rows, device, peak) for (rows, device), peak in self.memory_rows.items()))
+        return TorchMemory(self.memory_windows, stages, ops, by_rows)
 
     def op_time(self) -> OpTime | None:
         """The op thread's time summed over the windows that measured it."""

@@ -104,7 +104,8 @@ def _op_memory(m: dict[str, Any]) -> OpMemory:
         MemoryOp(as_names(r[0]), as_str(r[1]), as_str(r[2]), as_int(r[3]), as_int(r[4]))
         for r in as_rows(m["ops"], 5)
     )
-    return OpMemory(stages, ops)
+    rows = m.get("rows")
+    return OpMemory(stages, ops, None if rows is None else as_int(rows))
 
 
 def _op_memory_fields(m: OpMemory) -> dict[str, Any]:
@@ -112,6 +113,7 @@ def _op_memory_fields(m: OpMemory) -> dict[str, Any]:
         "stages": [[s.stage, s.device, s.calls, s.allocs, s.alloc_bytes, s.freed_bytes, s.peak_max,
                     s.peak_sum] for s in m.stages],
         "ops": [[list(o.names), o.stage, o.device, o.allocs, o.alloc_bytes] for o in m.ops],
+        "rows": m.rows,
     }  # fmt: skip
 
 

@@ -38,3 +38,5 @@ class MemoryOp:
 class OpMemory:
     stages: tuple[MemoryStage, ...] = ()
     ops: tuple[MemoryOp, ...] = ()
+    #: the profiled call's batch (its first tensor argument's first dimension); None: unknown
+    rows: int | None = None

@@ -126,7 +126,11 @@ def build_record(
         event_loop=loop_record(snap.pauses.event_loop if snap.pauses else None),
         requests=requests_record(snap.requests),
         generation=generation_record(snap.generation),
-        memory=memory_dict(snap.host_memory, snap.torch.memory),
+        memory=memory_dict(
+            snap.host_memory,
+            snap.torch.memory,
+            memory_summary(snap.nvml.readings if snap.nvml is not None else (), snap.torch.allocator),
+        ),
         engine=engine_dict(snap.engine),
         findings=[finding_record(f) for f in evaluate(snapshot_input(snap), thresholds)],
         target_exited=snap.exited is not None,

@@ -65,8 +65,36 @@ def _per(n: int, calls: int) -> float | None:
     return round(n / calls, 1) if calls else None
 
 
-def torch_dict(t: TorchMemory | None) -> dict[str, Any] | None:
-    """The ``torch`` record: by stage and device, the peak of a forward call, the ops."""
+def _batch(t: TorchMemory, gpu_memory: dict[str, Any] | None) -> dict[str, Any] | None:
+    """At the largest batch a profiled forward call had (its first tensor argument's rows), the
+    call's peak and, on CUDA where the device's memory is known, how many more rows would fit
+    in what is left of it: the device's free memory (NVML) and the allocator's cached slack,
+    over the peak per row (the peak taken as growing in proportion to the rows)."""
+    if not t.by_rows:
+        return None
+    rows = max(r for r, _d, _p in t.by_rows)
+    at = [(d, p) for r, d, p in t.by_rows if r == rows]
+    device, peak = max(at, key=lambda dp: (dp[0] == "cuda", dp[1]))
+    per_row = peak / rows if rows else None
+    free = None
+    g = gpu_memory or {}
+    if device == "cuda" and g.get("free") is not None:
+        reserved, allocated = g.get("reserved"), g.get("allocated")
+        slack = reserved - allocated if reserved is not None and allocated is not None else 0
+        free = g["free"] + max(0, slack)
+    return {
+        "rows": rows,
+        "device": device,
+        "peak_bytes": peak,
+        "peak_per_row_bytes": None if per_row is None else round(per_row, 1),
+        "free_bytes": free,
+        "more_rows": int(free // per_row) if free is not None and per_row else None,
+    }
+
+
+def torch_dict(t: TorchMemory | None, gpu_memory: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """The ``torch`` record: by stage and device, the peak of a forward call, the ops, the
+    headroom at the largest batch (``gpu_memory``: the report's ``gpu.memory``)."""
     if t is None:
         return None
     by_stage: dict[str, dict[str, Any]] = {}
@@ -86,6 +114,7 @@ def torch_dict(t: TorchMemory | None) -> dict[str, Any] | None:
         "windows": t.windows,
         "by_stage": by_stage,
         "peak_per_call_bytes": max((st.peak_max for st in forward), default=None),
+        "batch": _batch(t, gpu_memory),
         "ops": [
             {
                 "op": o.names[-1],
@@ -106,17 +135,19 @@ def torch_dict(t: TorchMemory | None) -> dict[str, Any] | None:
     }
 
 
-def memory_dict(m: HostMemorySummary | None, torch: TorchMemory | None = None) -> dict[str, Any] | None:
+def memory_dict(
+    m: HostMemorySummary | None, torch: TorchMemory | None = None, gpu_memory: dict[str, Any] | None = None
+) -> dict[str, Any] | None:
     """None when no process's memory was read (a recording made before format 1.8, an import)
     and no model call was profiled with ``profile_memory``."""
     if m is None:
         if torch is None:
             return None
-        return {"processes": [], "growth_bytes_per_s": None, "torch": torch_dict(torch), "growing": []}
+        return {"processes": [], "growth_bytes_per_s": None, "torch": torch_dict(torch, gpu_memory), "growing": []}
     return {
         "processes": [_process(p) for p in m.processes],
         "growth_bytes_per_s": _r(m.growth_bytes_per_s, 1),
-        "torch": torch_dict(torch),
+        "torch": torch_dict(torch, gpu_memory),
         "growing": [
             growing_dict(g, p.pid)
             for p in sorted(m.processes, key=lambda p: -(p.growth_bytes_per_s or 0.0))
@@ -138,8 +169,11 @@ def memory_lines(rep: dict[str, Any]) -> list[str]:
     """The text report's lines: per process its RSS, growth, swap and faults, and the cgroup's
     limit and headroom."""
     m = rep.get("memory")
-    if not m or not m.get("processes"):
+    if not m:
         return []
+    torch_lines = torch_memory_lines(m.get("torch"))
+    if not m.get("processes"):
+        return torch_lines + [""] if torch_lines else []
     lines = ["host memory (read from /proc and the memory cgroup, outside the target):"]
     for p in m["processes"]:
         rss = p["rss_bytes"]
@@ -176,7 +210,36 @@ def memory_lines(rep: dict[str, Any]) -> list[str]:
         elif p.get("oom_kills_total"):
             text += f"; {p['oom_kills_total']} OOM kills before it"
         lines.append(text)
-    return lines + [""]
+    return lines + torch_lines + [""]
+
+
+def torch_memory_lines(t: dict[str, Any] | None) -> list[str]:
+    """The torch allocator's bytes per call by stage and the ops that allocate the most, from
+    the model calls profiled with ``profile_memory``."""
+    if not t:
+        return []
+    n = t["windows"]
+    lines = [f"torch memory ({n} model call{'s' if n != 1 else ''} profiled with profile_memory):"]
+    for stage, devices in t["by_stage"].items():
+        for device, d in devices.items():
+            if not d["calls"]:
+                lines.append(f"  {stage} ({device}): {size(d['alloc_bytes'])} allocated")
+                continue
+            lines.append(
+                f"  {stage} ({device}): {size(d['alloc_bytes_per_call'])} allocated per call, "
+                f"peak {size(d['peak_per_call_bytes'])} per call (max {size(d['peak_max_bytes'])})"
+            )
+    b = t.get("batch")
+    if b:
+        line = f"  at the largest batch seen ({b['rows']} rows): peak {size(b['peak_bytes'])} per forward call"
+        if b.get("more_rows") is not None:
+            line += f"; ~{b['more_rows']:,} more rows would fit in the {size(b['free_bytes'])} left on the device"
+        lines.append(line)
+    for o in t["ops"][:5]:
+        per = o["alloc_bytes_per_call"]
+        amount = f"{size(per)} per call" if per is not None else size(o["alloc_bytes"])
+        lines.append(f"    {o['op']} ({o['stage']}, {o['device']}): {amount}")
+    return lines
 
 
 def growing_text(g: dict[str, Any]) -> str:

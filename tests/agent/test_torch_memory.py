@@ -45,6 +45,7 @@ def test_a_forward_calls_allocation_shows_in_its_memory_window(targets):
     ops = {tuple(o[0]): o for o in msg["memory"]["ops"]}
     assert any(names[-1] in ("aten::ones", "aten::empty", "aten::fill_") and o[4] >= 8 * MIB
                for names, o in ops.items()), ops  # fmt: skip
+    assert msg["memory"]["rows"] == 4  # the call's batch: x of 4 rows
     # the window is one call, and reads as an op window with its memory
     assert msg["t_end"] - msg["t_start"] < 5.0
     w = decode_op_window(dict(msg, source="agent"))

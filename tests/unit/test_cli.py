@@ -86,11 +86,11 @@ def test_collect_options_of_a_bare_command_line_are_demos() -> None:
     args = build_parser().parse_args(
         ["record", "1", "2", "-o", "f", "--no-inject", "--inject", "--rate", "10", "--stage",
          "a=b", "--config", "c.toml", "--profile-window", "0.5", "--profile-period", "2",
-         "--record-shapes", "--children"]
+         "--record-shapes", "--profile-memory", "--children"]
     )  # fmt: skip
     assert CollectOptions.from_args(args) == CollectOptions(
         config="c.toml", stages=("a=b",), rate=10.0, inject=False, profile_window=0.5,
-        profile_period=2.0, record_shapes=True, children=True,
+        profile_period=2.0, record_shapes=True, profile_memory=True, children=True,
     )  # fmt: skip
 
 

@@ -77,3 +77,42 @@ def test_report_torch_by_stage_and_the_forward_peak():
     assert fwd["peak_per_call_bytes"] == 6 * MIB and torch["peak_per_call_bytes"] == 6 * MIB
     assert torch["ops"][0]["op"] == "aten::addmm" and torch["ops"][0]["alloc_bytes_per_call"] == 4 * MIB
     assert memory_dict(None, merge_windows([]).torch_memory()) is None
+
+
+def test_text_report_lines():
+    from infertop.report.memory import memory_lines
+
+    totals = merge_windows([_window(two_forward_calls())])
+    lines = memory_lines({"memory": memory_dict(None, totals.torch_memory())})
+    assert lines[0].startswith("torch memory (1 model call profiled")
+    assert "  forward (cuda): 6.0 MiB allocated per call, peak 6.0 MiB per call (max 6.0 MiB)" in lines
+    assert any(line.strip().startswith("aten::addmm (forward, cuda): 4.0 MiB per call") for line in lines)
+
+
+def test_fragmentation_with_the_allocator_retrying_is_at_least_medium():
+    from infertop.analysis.findings.rules import RULES, FindingInput, MemoryState
+    from infertop.config import FindingThresholds
+
+    rule = RULES["allocator-fragmentation"]
+    gib = 1 << 30
+    calm = rule(FindingInput(memory=MemoryState(80 * gib, 10 * gib, 6 * gib)), FindingThresholds())
+    retrying = rule(FindingInput(memory=MemoryState(80 * gib, 10 * gib, 6 * gib, 3)), FindingThresholds())
+    assert calm is not None and calm.severity == "low" and calm.evidence["alloc_retries"] == 0
+    assert retrying is not None and retrying.severity == "medium" and retrying.evidence["alloc_retries"] == 3
+    assert "expandable_segments:True" in retrying.hint and "retrying (3 retries)" in retrying.title
+
+
+def test_headroom_at_the_largest_batch_on_cuda():
+    from dataclasses import replace
+
+    small, large = _window(two_forward_calls()), _window(two_forward_calls())
+    small = replace(small, memory=replace(small.memory, rows=4))
+    large = replace(large, memory=replace(large.memory, rows=8))
+    assert decode_op_window(op_window_fields(large)).memory.rows == 8
+    totals = merge_windows([small, large, _window(two_forward_calls())])  # the last: rows unknown
+    gpu = {"free": 10 * 1024 * MIB, "reserved": 4 * 1024 * MIB, "allocated": 3 * 1024 * MIB}
+    batch = memory_dict(None, totals.torch_memory(), gpu)["torch"]["batch"]
+    # 6 MiB at 8 rows: 0.75 MiB a row; 10 GiB free + 1 GiB cached slack
+    assert batch == {"rows": 8, "device": "cuda", "peak_bytes": 6 * MIB, "peak_per_row_bytes": 0.75 * MIB,
+                     "free_bytes": 11 * 1024 * MIB, "more_rows": 15018}  # fmt: skip
+    assert memory_dict(None, totals.torch_memory())["torch"]["batch"]["more_rows"] is None

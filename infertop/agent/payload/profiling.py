@@ -220,6 +220,8 @@ class _ProfilingMixin:
             "cost_s": round(cost, 4),
         }
         msg.update(body)
+        if memory_call and msg.get("memory") is not None:
+            msg["memory"]["rows"] = window.rows
         if truncated:
             self._send(
                 {

@@ -135,6 +135,18 @@ class _Window:
             self.prof = None
 
 
+def _rows_of(torch, args):
+    """The first dimension of a call's first tensor argument (its batch, as a model is called),
+    or None: no tensor among its positional arguments (``model(**inputs)``)."""
+    try:
+        for a in args:
+            if isinstance(a, torch.Tensor):
+                return int(a.shape[0]) if a.dim() >= 1 else None
+    except Exception:
+        pass
+    return None
+
+
 def _module_calls(code):
     """How many frames of ``code`` (``Module._call_impl``'s) the calling thread's stack holds."""
     n = 0
@@ -164,6 +176,7 @@ class _MemoryCall:
         self.state = "armed"  # -> running (claimed) -> done | failed; closed: given up
         self.owner = None  # the claiming thread's ident
         self.module = None
+        self.rows = None  # the call's batch: its first tensor argument's first dimension
         self.prof = None
         self.raw = None
         self.log_level = None
@@ -204,6 +217,7 @@ class _MemoryCall:
         t0 = time.perf_counter()
         self.owner = threading.get_ident()
         self.module = module
+        self.rows = _rows_of(self.torch, args)
         try:
             prof = _new_profile(self.torch, self.record_shapes, None, self.use_cuda, True)
             prof._prepare_trace()

@@ -56,15 +56,19 @@ def fragmentation(inp: FindingInput, th: FindingThresholds) -> Finding | None:
     share = slack / m.reserved
     if share < th.fragmentation_share or slack < th.fragmentation_min_bytes:
         return None
+    # the allocator retrying (its cudaMalloc failed, its cache freed and tried again) is that
+    # slack costing time: at least medium
     return Finding(
         "allocator-fragmentation",
-        _severity("allocator-fragmentation", share, th),
-        f"{slack / 2**30:.1f} GiB reserved but not allocated ({100 * share:.0f}% of reserved)",
+        _severity("allocator-fragmentation", share, th, at_least="medium" if m.alloc_retries else "low"),
+        f"{slack / 2**30:.1f} GiB reserved but not allocated ({100 * share:.0f}% of reserved)"
+        + (f", the allocator retrying ({m.alloc_retries} retries)" if m.alloc_retries else ""),
         {
             "reserved": m.reserved,
             "allocated": m.allocated,
             "slack_share": round(share, 4),
             "device_total": m.total,
+            "alloc_retries": m.alloc_retries,
         },  # fmt: skip
         (),
         "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, keep tensor shapes stable "
