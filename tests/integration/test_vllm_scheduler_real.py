@@ -23,7 +23,7 @@ import json, sys
 sys.path.insert(0, sys.argv[1])
 from vllm.v1.metrics.loggers import StatLoggerManager
 from vllm.v1.metrics.stats import IterationStats, PrefixCacheStats, SchedulerStats
-from infertop.agent.payload import stages
+from infertop.agent.payload import engine_stats, stages
 from infertop.agent.payload.monitor import _Monitor
 
 found = {c: v for c, v in stages.find_known_codes([]).items() if v[1] == "vllm_stats"}
@@ -45,7 +45,7 @@ for k in range(6):
     mgr.record(scheduler_stats=sched, iteration_stats=it, engine_idx=0)
 mgr.record(None, None)  # outputs without stats: nothing
 mon.uninstall()
-print(json.dumps({"rows": stages.take_engine_stats(last=True), "timed": len(timed)}))
+print(json.dumps({"rows": engine_stats.take_engine_stats(last=True), "timed": len(timed)}))
 '''
 
 

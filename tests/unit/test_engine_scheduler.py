@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from infertop.agent.payload import stages
+from infertop.agent.payload import engine_stats, stages
 from infertop.analysis.engine import scheduler_summary
 from infertop.analysis.findings import RULES, FindingInput
 from infertop.cli import main
@@ -38,15 +38,15 @@ def record_call(running: int, waiting: int, usage: float, *, prompt: int = 0, ge
 
 
 def test_the_agent_sums_each_step_and_the_client_reads_the_window() -> None:
-    stages.take_engine_stats(last=True)
+    engine_stats.take_engine_stats(last=True)
     filt = stages._CALL_FILTERS["vllm_stats"]
     for k in range(10):  # 3 running, 1 waiting for the first 4 steps, the cache filling
         assert filt(record_call(3, 1 if k < 4 else 0, 0.1 * k, prompt=7 if k < 3 else 0, gen=3)) is None
         time.sleep(0.002)
     assert filt(record_call(0, 0, 0.0, preempted=1, stats=False)) is None  # outputs without stats
     assert filt(SimpleNamespace(f_locals={})) is None
-    rows = stages.take_engine_stats()
-    assert stages.take_engine_stats() == []  # taken
+    rows = engine_stats.take_engine_stats()
+    assert engine_stats.take_engine_stats() == []  # taken
     (ev,) = convert(json.loads(json.dumps({"type": "engine", "stats": rows})))
     assert isinstance(ev, EngineStats)
     assert ev.steps == 10 and ev.running == ((3, 10),) and ev.waiting == ((0, 6), (1, 4))
@@ -57,7 +57,7 @@ def test_the_agent_sums_each_step_and_the_client_reads_the_window() -> None:
     assert 0.015 < ev.held_s <= ev.t_end - ev.t_start  # (the last call had no scheduler stats)
     assert ev.running_s == pytest.approx(3 * ev.held_s) and 0 < ev.waiting_s < ev.held_s
     assert 0 < ev.kv_usage_s < 0.8 * ev.held_s
-    stages.take_engine_stats(last=True)
+    engine_stats.take_engine_stats(last=True)
 
 
 def window(t: float, running: dict[int, int], waiting: dict[int, int], kv: dict[int, int],
@@ -161,7 +161,7 @@ def test_before_3_12_the_wrapper_reads_the_call_s_arguments_too() -> None:
     code = StatLoggerManager.record.__code__
     spans: list = []
     timer = _Wrappers({code: "request"}, lambda *a: spans.append(a), filters={code: stages._CALL_FILTERS["vllm_stats"]})
-    stages.take_engine_stats(last=True)
+    engine_stats.take_engine_stats(last=True)
     timer.install()
     try:
         frame = record_call(2, 1, 0.5, prompt=4, gen=2)
@@ -169,6 +169,6 @@ def test_before_3_12_the_wrapper_reads_the_call_s_arguments_too() -> None:
             StatLoggerManager().record(engine_idx=0, **{k: v for k, v in frame.f_locals.items() if k != "engine_idx"})
     finally:
         timer.uninstall()
-    (row,) = stages.take_engine_stats(last=True)
+    (row,) = engine_stats.take_engine_stats(last=True)
     assert row["steps"] == 3 and row["running"] == [(2, 3)] and row["waiting"] == [(1, 3)]
     assert (row["prompt_tokens"], row["generation_tokens"]) == (12, 6) and not spans

@@ -23,6 +23,8 @@ The parts, in order:
   op time and device busy time (``reduce_events``, pure functions);
 - ``kineto``: ``_KinetoEvent`` objects to event tuples; keeping libkineto's lines off stderr;
 - ``window``: the target's torch and one all-threads profiler window;
+- ``engine_stats``: an LLM engine's scheduler read where its metrics are recorded (vLLM's
+  ``StatLoggerManager.record``), summed per engine;
 - ``stages``: ``stage_functions`` patterns, the entry points and models timed by default;
 - ``monitor``: the ``sys.monitoring`` timer of those (Python >= 3.12);
 - ``generation``: generation calls followed through that timer (prefill, decode, tokens,
@@ -121,6 +123,7 @@ PARTS = (
     "reduce",
     "kineto",
     "window",
+    "engine_stats",
     "stages",
     "monitor",
     "generation",

@@ -10,9 +10,10 @@ import time
 
 # -- imported as a module (payload_source leaves these lines out) --
 from infertop.agent.payload.constants import MAX_SPANS_BUFFERED
+from infertop.agent.payload.engine_stats import ENGINE_STATS, take_engine_stats
 from infertop.agent.payload.generation import _Generations
 from infertop.agent.payload.monitor import _Monitor
-from infertop.agent.payload.stages import ENGINE_REQUESTS, ENGINE_STATS, take_engine_stats
+from infertop.agent.payload.stages import ENGINE_REQUESTS
 from infertop.agent.payload.wrappers import _Wrappers
 
 # -- end --
