@@ -50,3 +50,62 @@ def test_a_forward_calls_allocation_shows_in_its_memory_window(targets):
     assert msg["t_end"] - msg["t_start"] < 5.0
     w = decode_op_window(dict(msg, source="agent"))
     assert w.memory is not None and w.memory.stages[0].peak_max == peak_max
+
+
+def _memory_call():
+    import torch
+
+    from infertop.agent.payload.constants import DEFAULT_CONFIG
+    from infertop.agent.payload.kineto import _KinetoLog
+    from infertop.agent.payload.window import _MemoryCall
+
+    return torch, _MemoryCall(torch, dict(DEFAULT_CONFIG, profile_memory=True), _KinetoLog())
+
+
+def _hooks(torch) -> int:
+    m = torch.nn.modules.module
+    return len(m._global_forward_pre_hooks) + len(m._global_forward_hooks)
+
+
+
+
+def test_a_memory_call_claims_the_outermost_call_and_survives_one_that_raises():
+    torch, call = _memory_call()
+
+    class Boom(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = torch.nn.Linear(8, 8)
+
+        def forward(self, x):
+            self.inner(x)
+            raise RuntimeError("boom")
+
+    model = Boom()
+    call.start()
+    assert _hooks(torch) == 2
+    with pytest.raises(RuntimeError):
+        model(torch.ones(3, 8))
+    assert call.state == "done" and call.module is model and call.rows == 3
+    assert _hooks(torch) == 0 and not torch.autograd.profiler._is_profiler_enabled
+    assert not torch._C._autograd._profiler_enabled()
+    assert any(e.name() == "aten::linear" for e in call.stop())
+
+
+def test_giving_up_on_a_running_call_leaves_its_end_to_stop_the_profiler():
+    torch, call = _memory_call()
+    box: dict = {}
+
+    class Slow(torch.nn.Module):
+        def forward(self, x):
+            box["inside"] = True
+            call.close()  # the agent gives up while the call runs
+            box["hooks_inside"] = _hooks(torch)
+            return x * 2
+
+    call.start()
+    Slow()(torch.ones(2))
+    assert box == {"inside": True, "hooks_inside": 1}  # the one that stops its profiler stays
+    assert _hooks(torch) == 0 and not torch.autograd.profiler._is_profiler_enabled
+    assert not torch._C._autograd._profiler_enabled()
+    assert call.state == "closed" and call.stop() == []

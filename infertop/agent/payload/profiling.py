@@ -96,12 +96,17 @@ class _ProfilingMixin:
         # (_MemoryCall), the first after a window over all threads has set libkineto up
         memory_call = bool(self.config.get("profile_memory")) and self.memory_next and self.seq > 0
         self.memory_next = not memory_call
-        try:
-            if memory_call:
+        if memory_call:
+            try:
                 window = _MemoryCall(torch, self.config, self.kineto_log)
-            else:
+                window.start()
+            except Exception as exc:  # torch < 2.0: no always_call hooks
+                self._status_once("memory-call", "partial", "no memory profile in this torch: %s" % exc)
+                memory_call = False
+        try:
+            if not memory_call:
                 window = _Window(torch, self.config, self.kineto_log, self.experimental_config, first_init)
-            window.start()
+                window.start()
         except Exception as exc:
             self._status_once("start-failed", "no-profiler", "profiler window failed to start: %s" % exc)
             return
@@ -121,6 +126,7 @@ class _ProfilingMixin:
         if wait > 0:
             self.next_window = min(self.next_window, self.extra_not_before)
             return False, "the last window's cost: the next one starts in %.1f s" % wait
+        self.memory_next = False  # a window over all threads, not one model call
         self._begin_window()
         if self.window is None:
             return False, "no profiler window could start"

@@ -190,18 +190,20 @@ class _MemoryCall:
         self.cpu_start = self.cpu_end = {}
 
     def start(self):
+        """Arm the hooks. Raises where this torch's module hooks cannot be called on a call that
+        raises (``always_call``, torch >= 2.0): a profiler left running on a target's thread
+        would record every op it runs from then on."""
         hooks = self.torch.nn.modules.module
-        self.hooks.append(hooks.register_module_forward_pre_hook(self._pre))
-        try:
-            self.hooks.append(hooks.register_module_forward_hook(self._post, always_call=True))
-        except TypeError:  # torch < 2.0
-            self.hooks.append(hooks.register_module_forward_hook(self._post))
+        post = hooks.register_module_forward_hook(self._post, always_call=True)
+        self.hooks = [hooks.register_module_forward_pre_hook(self._pre), post]
         self.started_mono = time.monotonic()
         self.t_start = time.time()
 
-    def _remove_hooks(self):
-        hooks, self.hooks = self.hooks, []
-        for h in hooks:
+    def _remove_hooks(self, keep_post=False):
+        """Remove the hooks; ``keep_post``: all but the one that stops a claimed call's profiler
+        (that call's end removes it)."""
+        hooks, self.hooks = self.hooks, (self.hooks[1:] if keep_post else [])
+        for h in hooks[:1] if keep_post else hooks:
             try:
                 h.remove()
             except Exception:
@@ -234,6 +236,9 @@ class _MemoryCall:
         return None
 
     def _post(self, module, args, output):
+        if self.state == "closed" and self.prof is None and self.owner == threading.get_ident():
+            self._remove_hooks()  # given up on while its profiler was being started, or failed
+            return None
         if self.state not in ("running", "closed") or self.prof is None:
             return None
         if module is not self.module or threading.get_ident() != self.owner:
@@ -271,9 +276,10 @@ class _MemoryCall:
         """Give up on a call not claimed yet (or still running): its hooks go now, a running
         call's own end stops its profiler and drops what it recorded."""
         with self.lock:
+            running = self.state == "running"
             if self.state in ("armed", "running"):
                 self.state = "closed"
-        self._remove_hooks()
+        self._remove_hooks(keep_post=running)
 
     def stop(self):
         """The claimed call's raw ``_KinetoEvent`` list ([] when none was profiled)."""
