@@ -1,12 +1,13 @@
 """Two profiles compared: what moved, and which of the gated numbers regressed.
 
 Gated (``--fail-above PCT``): every latency group in both (p50 and p95), every stage share
-(idle excluded), GPU time per step, and host memory's peak and growth. A number regresses when
+(idle excluded), GPU time per step, host memory's peak and growth, and the largest peak of a
+forward call torch's allocator reported (``--profile-memory``). A number regresses when
 it grows by more than PCT % of its base value. Shares are zero-sum (when one stage shrinks the
 others' shares grow), so a stage share regresses only when, besides its share growing by more than PCT % and by at least
 ``SHARE_FLOOR`` of active time (a stage going from 0.4 % to 0.9 % of samples is sampling noise),
 the stage's own busy time per wall second grew by more than PCT % as well. Host memory's peak
-regresses only when it also grew by ``PEAK_FLOOR`` bytes, its growth rate only by
+(and torch's forward peak) regresses only when it also grew by ``PEAK_FLOOR`` bytes, its growth rate only by
 ``GROWTH_FLOOR`` bytes/s (a flat process's slope is noise around zero, its peak moves by a few
 MB from run to run).
 """
@@ -30,7 +31,7 @@ DIFF_VERSION = 1
 
 @dataclass(eq=False)
 class Row:
-    what: str  # "latency" | "stage share" | "gpu per step" | "memory"
+    what: str  # "latency" | "stage share" | "gpu per step" | "memory" | "torch memory"
     name: str
     base: float | None
     new: float | None
@@ -146,6 +147,10 @@ def compare(base: Profile, new: Profile, fail_above: float | None = None) -> Dif
         if b_value is not None or n_value is not None:
             both = b_value is not None and n_value is not None
             res.rows.append(Row("memory", name, b_value, n_value, unit, gated=both))
+    if base.torch_peak is not None or new.torch_peak is not None:
+        both = base.torch_peak is not None and new.torch_peak is not None
+        res.rows.append(Row("torch memory", "forward peak per call", base.torch_peak, new.torch_peak, "bytes",
+                            gated=both))  # fmt: skip
     res.ops = _movers(base.ops, new.ops, db, dn)
     res.kernels = _movers(base.kernels, new.kernels, db, dn)
     res.frames = _movers(base.frames, new.frames, 1.0, 1.0)
@@ -162,7 +167,7 @@ def _regressed(row: Row, pct: float) -> bool:
     change = row.change_pct
     if change is None or change <= pct:
         return False
-    if row.what == "memory":
+    if row.what == "memory" or row.what == "torch memory":
         floor = PEAK_FLOOR if row.unit == "bytes" else GROWTH_FLOOR
         return row.new - row.base >= floor
     if row.what.startswith("stage share"):

@@ -69,6 +69,9 @@ class Profile:
     #: (bytes/s); None: not read (a trace, a recording before format 1.8, too short to say)
     memory_peak: float | None = None
     memory_growth: float | None = None
+    #: the largest peak of a forward call torch's allocator reported (bytes; --profile-memory);
+    #: None: no forward call profiled so
+    torch_peak: float | None = None
 
 
 def load_profile(path: str, config: Config | None = None) -> Profile:
@@ -113,10 +116,13 @@ def _from_recording(path: str, cfg: Config) -> Profile:
             prof.kernels[k.name] = prof.kernels.get(k.name, 0.0) + k.total_us
         prof.gpu_us = float(sum(snap.torch.gpu.kernel_time_us.values()))
     prof.findings = {f.rule: f for f in rep.findings}
-    if rep.memory is not None:
+    if rep.memory is not None and rep.memory["processes"]:
         prof.memory_peak = float(sum(p["rss_bytes"]["max"] for p in rep.memory["processes"]))
         growth = rep.memory.get("growth_bytes_per_s")
         prof.memory_growth = None if growth is None else float(growth)
+    torch = rep.memory.get("torch") if rep.memory is not None else None
+    if torch is not None and torch.get("peak_per_call_bytes") is not None:
+        prof.torch_peak = float(torch["peak_per_call_bytes"])
     return prof
 
 

@@ -46,6 +46,7 @@ def render_text(res: DiffResult) -> str:
         ("gpu per step", "GPU time"),
         ("gpu per s", "GPU time"),
         ("memory", "host memory (peak RSS of all processes; growth of the fastest-growing one)"),
+        ("torch memory", "torch memory (the largest peak of a forward call; --profile-memory)"),
     )
     for what, title in sections:
         rows = [r for r in res.rows if r.what == what]

@@ -116,3 +116,32 @@ def test_headroom_at_the_largest_batch_on_cuda():
     assert batch == {"rows": 8, "device": "cuda", "peak_bytes": 6 * MIB, "peak_per_row_bytes": 0.75 * MIB,
                      "free_bytes": 11 * 1024 * MIB, "more_rows": 15018}  # fmt: skip
     assert memory_dict(None, totals.torch_memory())["torch"]["batch"]["more_rows"] is None
+
+
+def test_diff_gates_a_forward_peak_that_grows(tmp_path, capsys):
+    import json
+    from dataclasses import replace
+
+    from infertop.cli import main
+    from infertop.model.events import TargetInfo
+    from infertop.record.writer import RecordingWriter
+
+    def recording(name, scale):
+        w = _window(two_forward_calls())
+        stages = tuple(replace(s, peak_max=s.peak_max * scale, peak_sum=s.peak_sum * scale)
+                       for s in w.memory.stages)  # fmt: skip
+        out = RecordingWriter(str(tmp_path / name))
+        out.write([TargetInfo(7, "python serve.py", "3.12.1", None, T0 / 1e9)])
+        out.write([replace(w, memory=replace(w.memory, stages=stages))])
+        out.close()
+        return str(tmp_path / name)
+
+    base, grown = recording("a.infertop", 1), recording("b.infertop", 10)  # 6 MiB → 60 MiB
+    capsys.readouterr()
+    assert main(["diff", base, grown, "--fail-above", "10", "--format", "json"]) == 1
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)["compared"]}
+    row = rows["forward peak per call"]
+    assert row["what"] == "torch memory" and row["regressed"]
+    assert row["base"] == 6 * MIB and row["new"] == 60 * MIB
+    assert main(["diff", base, base, "--fail-above", "10"]) == 0
+    assert "torch memory (the largest peak of a forward call" in capsys.readouterr().out
