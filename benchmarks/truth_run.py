@@ -102,15 +102,16 @@ def _spent(series: TruthSeries, spans: list[tuple[float, float]]) -> dict[str, f
 
 def _raw_pyspy(run: TruthRun, series: TruthSeries, pid: int, duration: str, rate: str) -> None:
     """Raw py-spy on the same target, as a user would run it (``record --format raw``, its
-    defaults otherwise: the GIL holder's and running threads' samples), its stacks classified
-    with infertop's default stage rules: what py-spy alone tells of the stages."""
+    defaults otherwise: blocking, the running threads' samples), its stacks classified with
+    infertop's default stage rules (``--full-filenames``: the paths the rules match): what
+    py-spy alone tells of the stages, without the wall view, the agent or its timed calls."""
     out = Path(run.out).with_suffix(".pyspy.txt")
     load = OtherLoad()
     load.start(pid)
     t0 = time.time()
     p = subprocess.run(
         [str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(pid), "--rate", rate,
-         "--duration", duration, "--format", "raw", "--threads", "--output", str(out)],
+         "--duration", duration, "--format", "raw", "--threads", "--full-filenames", "--output", str(out)],
         capture_output=True, text=True, timeout=int(float(duration)) + 60,
     )  # fmt: skip
     t1 = time.time()
@@ -200,7 +201,7 @@ class TruthSeries:
         while not self._halt.wait(0.05):
             self._take()
 
-    def wait_past(self, t: float, timeout: float = 10.0) -> None:
+    def wait_past(self, t: float, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
         while not (self.snapshots and self.snapshots[-1][0] >= t):
             if time.monotonic() > deadline:
