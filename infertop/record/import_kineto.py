@@ -32,7 +32,7 @@ SLICE_S = 0.25  # longest window (the agent's default window length)
 MAX_WINDOWS = 2000  # a long sparse trace gets longer slices instead of more windows
 BATCH = 64  # op windows per record
 STEP_RE = re.compile(r"^ProfilerStep#\d+$")
-CPU_SIDE = ("cpu_op", "cuda_runtime", "cuda_driver")  # nest on their thread
+CPU_SIDE = ("cpu_op", "cuda_runtime", "cuda_driver", "cpu_instant_event")  # nest on their thread
 KEPT = (*CPU_SIDE, "user_annotation", "kernel", "gpu_memcpy", "gpu_memset", "cuda_sync")
 
 Progress = Callable[[str], None]
@@ -242,12 +242,17 @@ class _Plan:
         names = [t.names[i] for i in t.name[idx].tolist()]
         corr, ext = t.correlation[idx].tolist(), t.external_id[idx].tolist()
         nbytes = t.nbytes[idx].tolist()
+        devices = t.device[idx].tolist()
         tids = t.tid[idx].tolist()
         starts = (self.rel + self.origin_ns).tolist()
         durs = self.dns.tolist()
-        out = []
+        out: list[tuple] = []
         for k in range(self.n):
             kind = kinds[k]
+            if kind == "cpu_instant_event":  # a [memory] event: signed bytes, its device
+                device = "cuda" if devices[k] == 1 else "cpu"
+                out.append(("memory", names[k], tids[k], starts[k], 0, 0, 0, nbytes[k], device))
+                continue
             if kind == "cpu_op" or kind == "user_annotation":
                 ident, link = max(ext[k], 0), 0
             else:

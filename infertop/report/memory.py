@@ -219,7 +219,7 @@ def torch_memory_lines(t: dict[str, Any] | None) -> list[str]:
     if not t:
         return []
     n = t["windows"]
-    lines = [f"torch memory ({n} model call{'s' if n != 1 else ''} profiled with profile_memory):"]
+    lines = [f"torch memory ({n} profiler window{'s' if n != 1 else ''} with profile_memory):"]
     for stage, devices in t["by_stage"].items():
         for device, d in devices.items():
             if not d["calls"]:

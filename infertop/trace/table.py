@@ -36,7 +36,11 @@ CATEGORIES = (
     "gpu_memset",
     "cuda_sync",
     "gpu_user_annotation",
+    # only its "[memory]" events (profile_memory's allocations and frees; instant, dur 0):
+    # nbytes holds their signed "Bytes", device their "Device Type" (0 CPU, 1 CUDA)
+    "cpu_instant_event",
 )
+MEMORY_EVENT = "[memory]"
 CAT = {c: i for i, c in enumerate(CATEGORIES)}
 GPU_CATS = (CAT["kernel"], CAT["gpu_memcpy"], CAT["gpu_memset"])
 
@@ -55,8 +59,8 @@ class KinetoTrace:
     tid: np.ndarray  # int64 (GPU events: stream)
     correlation: np.ndarray  # int64, -1 if none
     external_id: np.ndarray  # int64, -1 if none
-    nbytes: np.ndarray  # int64, -1 if none (memcpy/memset)
-    device: np.ndarray  # int64, -1 if none
+    nbytes: np.ndarray  # int64, -1 if none (memcpy/memset; memory events: signed)
+    device: np.ndarray  # int64, -1 if none (memory events: their device type)
     rank: int | None = None
     base_ns: int = 0  # ``baseTimeNanoseconds``: added to ``ts`` it gives unix time (0: ts is)
     device_names: dict[int, str] = field(default_factory=dict)
@@ -106,6 +110,8 @@ if _MSGSPEC:
         external_id: Any = msgspec.field(default=None, name="External id")
         bytes: Any = None
         device: Any = None
+        mem_bytes: Any = msgspec.field(default=None, name="Bytes")  # a [memory] event's
+        device_type: Any = msgspec.field(default=None, name="Device Type")
 
     class _Event(msgspec.Struct, gc=False):
         ph: Any = None
@@ -141,7 +147,11 @@ def _build(doc: Any, path: str) -> KinetoTrace:
     """Columns from the typed decode: one comprehension per column (no per-event tuples).
     Well-formed events are taken as they are; only when a column does not convert are the
     malformed events looked for and left out."""
-    kept = [e for e in doc.traceEvents if e.ph == "X" and type(e.cat) is str and e.cat in CAT]
+    kept = [
+        e for e in doc.traceEvents
+        if (e.ph == "X" and type(e.cat) is str and e.cat in CAT)
+        or (e.ph == "i" and e.name == MEMORY_EVENT and e.cat == "cpu_instant_event")
+    ]  # fmt: skip
     try:
         return _event_columns(kept, doc, path, 0)
     except (TypeError, ValueError, OverflowError):
@@ -166,8 +176,12 @@ def _event_columns(events: list[Any], doc: Any, path: str, skipped: int) -> Kine
         raise ValueError("a negative or non-finite time")
     args = [e.args for e in events]
 
-    def arg(field: str) -> np.ndarray:
-        return _int_column([None if a is None else getattr(a, field) for a in args], -1)
+    def arg(field: str, other: str | None = None) -> np.ndarray:
+        """``field``'s value, else (a [memory] event's) ``other``'s."""
+        values = [None if a is None else getattr(a, field) for a in args]
+        if other is not None:
+            values = [getattr(a, other) if v is None and a is not None else v for v, a in zip(values, args)]
+        return _int_column(values, -1)
 
     return _trace(
         path, list(name_ids),
@@ -175,7 +189,7 @@ def _event_columns(events: list[Any], doc: Any, path: str, skipped: int) -> Kine
         np.array(ids, dtype=np.int32), ts, dur,
         _int_column([e.pid for e in events], 0),
         _int_column([e.tid for e in events], 0),
-        arg("correlation"), arg("external_id"), arg("bytes"), arg("device"),
+        arg("correlation"), arg("external_id"), arg("bytes", "mem_bytes"), arg("device", "device_type"),
         doc.distributedInfo, doc.deviceProperties, doc.baseTimeNanoseconds, skipped,
     )  # fmt: skip
 
@@ -212,7 +226,7 @@ def parse_trace(doc: Any, path: str = "<trace>") -> KinetoTrace:
                 a = ev.get("args")
                 extra = (
                     (_int(a.get("correlation")), _int(a.get("External id")),
-                     _int(a.get("bytes")), _int(a.get("device")))
+                     _int(a.get("bytes", a.get("Bytes"))), _int(a.get("device", a.get("Device Type"))))
                     if type(a) is dict else None
                 )  # fmt: skip
                 yield (ev.get("ph"), ev.get("cat"), ev.get("name"), ev.get("ts"), ev.get("dur", 0),
@@ -234,7 +248,7 @@ def _columns(rows: Any, dist: Any, props: Any, path: str, base: Any = None) -> K
     number = (int, float)
     no_args = (-1, -1, -1, -1)
     for ph, cat, nm, ts, dur, pid, tid, extra in rows:
-        if ph != "X":
+        if ph != "X" and not (ph == "i" and nm == MEMORY_EVENT and cat == "cpu_instant_event"):
             continue
         code = cat_code(cat) if type(cat) is str else None
         if code is None:

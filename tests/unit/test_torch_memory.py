@@ -84,7 +84,7 @@ def test_text_report_lines():
 
     totals = merge_windows([_window(two_forward_calls())])
     lines = memory_lines({"memory": memory_dict(None, totals.torch_memory())})
-    assert lines[0].startswith("torch memory (1 model call profiled")
+    assert lines[0].startswith("torch memory (1 profiler window with profile_memory)")
     assert "  forward (cuda): 6.0 MiB allocated per call, peak 6.0 MiB per call (max 6.0 MiB)" in lines
     assert any(line.strip().startswith("aten::addmm (forward, cuda): 4.0 MiB per call") for line in lines)
 
@@ -145,3 +145,54 @@ def test_diff_gates_a_forward_peak_that_grows(tmp_path, capsys):
     assert row["base"] == 6 * MIB and row["new"] == 60 * MIB
     assert main(["diff", base, base, "--fail-above", "10"]) == 0
     assert "torch memory (the largest peak of a forward call" in capsys.readouterr().out
+
+
+def _cuda_trace() -> dict:
+    """A torch.profiler trace of two CUDA steps, its [memory] events as export_chrome_trace
+    writes them (cat cpu_instant_event, ph i, args Bytes and Device Type 1: CUDA)."""
+    base = 5_000_000_000.0  # µs
+
+    def x(cat, name, ts, dur, ext):
+        return {"ph": "X", "cat": cat, "name": name, "pid": 9, "tid": 9, "ts": base + ts, "dur": dur,
+                "args": {"External id": ext}}  # fmt: skip
+
+    def m(ts, nbytes, total):
+        return {"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": 9, "tid": 9,
+                "ts": base + ts, "args": {"Total Reserved": 64 * MIB, "Total Allocated": total, "Bytes": nbytes,
+                                          "Device Id": 0, "Device Type": 1, "Addr": 1, "Ev Idx": 1}}  # fmt: skip
+
+    events = []
+    for i, t in enumerate((0.0, 10_000.0)):
+        events += [
+            x("user_annotation", f"ProfilerStep#{i + 1}", t, 5000, 100 + i),
+            x("cpu_op", "aten::linear", t + 10, 400, 10 + i),
+            m(t + 20, 32 * MIB, 32 * MIB),
+            x("cpu_op", "aten::softmax", t + 500, 100, 20 + i),
+            m(t + 510, 16 * MIB, 48 * MIB),
+            m(t + 590, -32 * MIB, 16 * MIB),
+        ]
+    return {"traceEvents": events}
+
+
+def test_a_cuda_trace_with_profile_memory_imports_with_its_torch_memory(tmp_path, capsys):
+    import json
+
+    from infertop.cli import main
+    from infertop.trace.table import parse_trace, read_trace
+
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps(_cuda_trace()))
+    fast, slow = read_trace(str(path)), parse_trace(_cuda_trace())
+    for t in (fast, slow):  # msgspec's typed decode and the general path read them alike
+        mem = t.names.index("[memory]")
+        assert sorted((t.nbytes[t.name == mem] // MIB).tolist()) == [-32, -32, 16, 16, 32, 32]
+        assert set(t.device[t.name == mem].tolist()) == {1}
+    out = tmp_path / "trace.infertop"
+    assert main(["import", str(path), "-o", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["report", str(out), "--format", "json"]) == 0
+    torch = json.loads(capsys.readouterr().out)["memory"]["torch"]
+    fwd = torch["by_stage"]["forward"]["cuda"]  # each step one window, one call of forward
+    assert (torch["windows"], fwd["calls"], fwd["alloc_bytes_per_call"]) == (2, 2, 48 * MIB)
+    assert fwd["peak_max_bytes"] == 48 * MIB and torch["peak_per_call_bytes"] == 48 * MIB
+    assert [o["op"] for o in torch["ops"]] == ["aten::linear", "aten::softmax"]
