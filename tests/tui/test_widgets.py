@@ -164,3 +164,28 @@ def test_the_detail_line_says_where_and_how_much_and_fits_its_width() -> None:
     narrow = frame_detail(enc, root, zoom, False, 50).plain
     assert narrow == "Tokenizer.e…  total 26.0%, self 26.0% · preprocess"
     assert frame_detail(None, root, None, False, 50).plain == ""
+
+
+def test_the_stage_panel_shows_an_engine_s_steps_and_scheduler_as_the_report_does() -> None:
+    """vLLM among the processes: its steps and their time on one row, the scheduler's state as
+    its own metrics saw it on the next, a full KV cache and preemptions in red (as the
+    kv-cache-headroom finding judges them); without the scheduler's metrics, the requests a
+    step gave an output."""
+    from dataclasses import replace
+
+    from infertop.analysis.engine import EngineSummary, SchedulerSummary
+    from infertop.tui.widgets.engine_rows import engine_rows
+
+    sc = SchedulerSummary(400, (2.0, 3), (0.0, 2), (0.33, 1.0), 28, 4100, 60500, 0, 0, seconds=100.0)
+    e = EngineSummary("vllm", 4200, 42.0, (2.1, 6.4, 2.5), (2.0, 3), (("forward", 80), ("schedule", 20)),
+                      (("forward", 30), ("prepare", 70)), sc, 100.0)  # fmt: skip
+    head, sched = (r.plain for r in engine_rows(e, 12))
+    assert head.startswith("engine (vllm)") and "42 steps/s" in head and "step p50 2.1 p99 6.4 ms" in head
+    assert "worker 70% outside the forward" in head
+    assert "running 2 (max 3)  waiting 0 (max 2)" in sched and "KV 33% (max 100%)" in sched
+    assert "28 preempted" in sched and "41 prompt + 605 generated tok/s" in sched
+    red = [sched[s.start : s.end] for s in engine_rows(e, 12)[1].spans if "red" in str(s.style)]
+    assert red == ["KV 33% (max 100%)", "  28 preempted"], red
+    _, batch = (r.plain for r in engine_rows(replace(e, scheduler=None), 12))
+    assert "requests a step p50 2 (max 3)" in batch
+    assert engine_rows(None, 12) == []

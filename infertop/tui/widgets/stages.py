@@ -12,6 +12,7 @@ from infertop.analysis.shares import StageShare
 from infertop.analysis.snapshot import Snapshot
 from infertop.analysis.stages import IDLE
 from infertop.tui.palette import bar, sparkline, stage_color
+from infertop.tui.widgets.engine_rows import engine_rows
 from infertop.tui.widgets.generation_rows import batch_row, generation_rows
 from infertop.tui.widgets.pause_rows import pause_rows
 
@@ -104,6 +105,7 @@ def render_stages(snapshot: Snapshot | None, width: int, header: bool = True) ->
     if snapshot.recent_requests is not None:
         lines.append(requests_row(snapshot.recent_requests))
     lines += generation_rows(snapshot.generation, NAME_W)
+    lines += engine_rows(snapshot.engine, NAME_W)
     for stage, calls in snapshot.batches.items():  # a stage's calls by batch size (forward)
         rows = [(b.batch, b.calls, b.latency_ms_p50) for b in calls]
         by_batch = batch_row("  by batch", rows, NAME_W, f"{stage} calls")
