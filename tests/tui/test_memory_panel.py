@@ -95,3 +95,19 @@ async def test_without_host_memory_there_is_no_panel(replay_source) -> None:
         await started(pilot, app)
         await shows(pilot, app, "GPU")
         assert not app.query_one(MemoryPanel).display and "host memory" not in screen_text(app)
+
+
+def test_torch_row_with_profile_memory_calls() -> None:
+    from dataclasses import replace
+
+    from infertop.analysis.ops import TorchMemory
+    from infertop.analysis.snapshot import Profiled
+    from infertop.model.torch_memory import MemoryStage
+
+    snap = _snap(_readings(7, 1000.0, 60))
+    assert "torch" not in render_memory(snap, 60).plain  # not profiled so: no row
+    stages = (MemoryStage("forward", "cuda", 4, 40, 48 * MIB, 48 * MIB, 12 * MIB, 40 * MIB),
+              MemoryStage("forward", "cpu", 4, 4, MIB, MIB, MIB, MIB))  # fmt: skip
+    snap = replace(snap, torch=Profiled(memory=TorchMemory(4, stages, ())))
+    lines = render_memory(snap, 80).plain.splitlines()
+    assert lines[-1] == "torch  forward peak 12.0 MB/call · 12.0 MB allocated/call · cuda"
