@@ -109,3 +109,41 @@ def test_giving_up_on_a_running_call_leaves_its_end_to_stop_the_profiler():
     assert _hooks(torch) == 0 and not torch.autograd.profiler._is_profiler_enabled
     assert not torch._C._autograd._profiler_enabled()
     assert call.state == "closed" and call.stop() == []
+
+
+def test_with_the_models_known_it_waits_for_a_call_of_one_even_inside_another_module():
+    import torch
+
+    from infertop.agent.payload.constants import DEFAULT_CONFIG
+    from infertop.agent.payload.kineto import _KinetoLog
+    from infertop.agent.payload.stages import _unwrapped_code
+    from infertop.agent.payload.window import _MemoryCall
+
+    class Model(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.lin(x)
+
+    class Wrapper(torch.nn.Module):  # a pipeline module around the model
+        def __init__(self, inner) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x):
+            return self.inner(x)
+
+    model = Model()
+    tokenizer_like = torch.nn.Embedding(10, 4)
+    call = _MemoryCall(torch, dict(DEFAULT_CONFIG, profile_memory=True), _KinetoLog(),
+                       [Model.forward.__code__], _unwrapped_code)  # fmt: skip
+    call.start()
+    tokenizer_like(torch.tensor([1, 2]))  # not a model the agent times: not claimed
+    assert call.state == "armed"
+    Wrapper(model)(torch.ones(5, 4))
+    assert call.state == "done" and call.module is model and call.rows == 5 and call.depth == 2
+    assert _hooks(torch) == 0 and not torch._C._autograd._profiler_enabled()
+    names = {e.name() for e in call.stop()}
+    assert "aten::linear" in names and "aten::embedding" not in names

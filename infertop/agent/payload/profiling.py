@@ -16,6 +16,7 @@ from infertop.agent.payload.constants import (
 from infertop.agent.payload.kineto import _KinetoLog, kineto_events
 from infertop.agent.payload.memory import _trim_heap
 from infertop.agent.payload.reduce import op_thread_cpu, reduce_events
+from infertop.agent.payload.stages import _unwrapped_code
 from infertop.agent.payload.window import (
     _experimental_config,
     _MemoryCall,
@@ -98,7 +99,8 @@ class _ProfilingMixin:
         self.memory_next = not memory_call
         if memory_call:
             try:
-                window = _MemoryCall(torch, self.config, self.kineto_log)
+                models = getattr(self, "model_codes", ())  # the models timed (serve.py)
+                window = _MemoryCall(torch, self.config, self.kineto_log, models, _unwrapped_code)
                 window.start()
             except Exception as exc:  # torch < 2.0: no always_call hooks
                 self._status_once("memory-call", "partial", "no memory profile in this torch: %s" % exc)

@@ -162,11 +162,13 @@ class _MemoryCall:
     """One model call profiled with ``profile_memory`` on the thread that makes it: the
     allocator reports to the profiler of the allocating thread only, which a window over all
     threads from the agent's thread is not (torch 2.13: no memory events at all). ``start``
-    registers global module hooks; the next outermost ``nn.Module`` call on any thread claims
-    them, runs under a profiler of its own thread, which its end stops; the hooks go as it ends
-    (or when ``close`` gives up). The agent's thread reduces the events (``stop``), as a window's."""
+    registers global module hooks; the next call on any thread of a model the agent times
+    (``models``: their forwards' code objects, ``code_of`` reads a function's; none known: of
+    any outermost ``nn.Module``) claims them, runs under a profiler of its own thread, which its
+    end stops; the hooks go as it ends (or when ``close`` gives up). The agent's thread reduces
+    the events (``stop``), as a window's."""
 
-    def __init__(self, torch, config, kineto_log):
+    def __init__(self, torch, config, kineto_log, models=(), code_of=None):
         self.torch = torch
         self.record_shapes = bool(config["record_shapes"])
         self.profile_memory = True
@@ -182,6 +184,9 @@ class _MemoryCall:
         self.log_level = None
         self.hooks = []
         self.code = torch.nn.Module._call_impl.__code__
+        self.models = frozenset(models) if code_of is not None else frozenset()
+        self.code_of = code_of
+        self.depth = 1  # of the claimed call: how many module calls its stack holds
         self.t_start = self.t_end = 0.0
         self.started_mono = 0.0  # when armed; the call's own start once claimed
         self.stopped_ns = 0
@@ -210,7 +215,16 @@ class _MemoryCall:
                 pass
 
     def _pre(self, module, args):
-        if self.state != "armed" or _module_calls(self.code) != 1:
+        if self.state != "armed":
+            return None
+        depth = _module_calls(self.code)
+        if self.models:
+            try:
+                if self.code_of(getattr(type(module), "forward", None)) not in self.models:
+                    return None
+            except Exception:
+                return None
+        elif depth != 1:
             return None
         with self.lock:
             if self.state != "armed":
@@ -219,6 +233,7 @@ class _MemoryCall:
         t0 = time.perf_counter()
         self.owner = threading.get_ident()
         self.module = module
+        self.depth = depth
         self.rows = _rows_of(self.torch, args)
         try:
             prof = _new_profile(self.torch, self.record_shapes, None, self.use_cuda, True)
@@ -243,7 +258,7 @@ class _MemoryCall:
             return None
         if module is not self.module or threading.get_ident() != self.owner:
             return None
-        if _module_calls(self.code) != 1:
+        if _module_calls(self.code) != self.depth:
             return None
         t0 = time.perf_counter()
         self.t_end = time.time()
