@@ -3,6 +3,8 @@ names the bytes its forward allocates and its peak."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from agenthelpers import Client
 
@@ -147,3 +149,48 @@ def test_with_the_models_known_it_waits_for_a_call_of_one_even_inside_another_mo
     assert _hooks(torch) == 0 and not torch._C._autograd._profiler_enabled()
     names = {e.name() for e in call.stop()}
     assert "aten::linear" in names and "aten::embedding" not in names
+
+
+COMPILED = r'''
+import sys, warnings
+import torch
+from infertop.agent.payload.constants import DEFAULT_CONFIG
+from infertop.agent.payload.kineto import _KinetoLog
+from infertop.agent.payload.window import _MemoryCall, _dynamo_compiled
+
+class M(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return torch.relu(self.lin(x))
+
+assert not _dynamo_compiled()
+cm = torch.compile(M(), backend="eager")
+x = torch.ones(4, 8)
+cm(x)
+assert _dynamo_compiled()  # the agent arms no memory call in this process
+# armed anyway (a model compiled while a call is armed): its hooks stay out of the graph
+call = _MemoryCall(torch, dict(DEFAULT_CONFIG, profile_memory=True), _KinetoLog())
+call.start()
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    torch.compile(M(), backend="eager")(x)
+call.stop()
+print("ok")
+'''
+
+
+def test_torch_compile_and_the_memory_call(tmp_path):
+    """In a process of its own: torch._dynamo, once imported, stays."""
+    import subprocess
+    import sys
+
+    from agenthelpers import ROOT
+
+    script = tmp_path / "compiled.py"
+    script.write_text(COMPILED)
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=240,
+                       cwd=str(ROOT), env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
+    assert p.returncode == 0 and p.stdout.strip().endswith("ok"), p.stderr[-3000:]

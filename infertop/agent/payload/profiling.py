@@ -18,6 +18,7 @@ from infertop.agent.payload.memory import _trim_heap
 from infertop.agent.payload.reduce import op_thread_cpu, reduce_events
 from infertop.agent.payload.stages import _unwrapped_code
 from infertop.agent.payload.window import (
+    _dynamo_compiled,
     _experimental_config,
     _MemoryCall,
     _torch,
@@ -97,6 +98,13 @@ class _ProfilingMixin:
         # (_MemoryCall), the first after a window over all threads has set libkineto up
         memory_call = bool(self.config.get("profile_memory")) and self.memory_next and self.seq > 0
         self.memory_next = not memory_call
+        if memory_call and _dynamo_compiled():
+            self._status_once(
+                "memory-compiled", "partial",
+                "torch.compile is in use in the target: no memory profile (its graphs would "
+                "compile again around the profiler's module hooks)",
+            )  # fmt: skip
+            memory_call = False
         if memory_call:
             try:
                 models = getattr(self, "model_codes", ())  # the models timed (serve.py)

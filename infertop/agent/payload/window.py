@@ -135,6 +135,19 @@ class _Window:
             self.prof = None
 
 
+def _dynamo_compiled():
+    """torch.compile has compiled code in this process (its frames' counters; dynamo never
+    imported: nothing was): global module hooks would make its graphs compile anew."""
+    dynamo = sys.modules.get("torch._dynamo.utils")
+    if dynamo is None:
+        return False
+    try:
+        frames = dynamo.counters.get("frames") or {}
+        return bool(frames.get("ok") or frames.get("total"))
+    except Exception:
+        return True
+
+
 def _rows_of(torch, args):
     """The first dimension of a call's first tensor argument (its batch, as a model is called),
     or None: no tensor among its positional arguments (``model(**inputs)``)."""
@@ -187,6 +200,9 @@ class _MemoryCall:
         self.models = frozenset(models) if code_of is not None else frozenset()
         self.code_of = code_of
         self.depth = 1  # of the claimed call: how many module calls its stack holds
+        # True while torch.compile traces a call (the hooks then return at once: traced, the
+        # rest of them would be part of its graph, and dynamo raised on them in the target)
+        self.compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None)
         self.t_start = self.t_end = 0.0
         self.started_mono = 0.0  # when armed; the call's own start once claimed
         self.stopped_ns = 0
@@ -215,6 +231,8 @@ class _MemoryCall:
                 pass
 
     def _pre(self, module, args):
+        if self.compiling is not None and self.compiling():
+            return None
         if self.state != "armed":
             return None
         depth = _module_calls(self.code)
@@ -251,6 +269,8 @@ class _MemoryCall:
         return None
 
     def _post(self, module, args, output):
+        if self.compiling is not None and self.compiling():
+            return None
         if self.state == "closed" and self.prof is None and self.owner == threading.get_ident():
             self._remove_hooks()  # given up on while its profiler was being started, or failed
             return None
