@@ -73,8 +73,8 @@ def test_the_whole_command_table_parses(argv: list[str]) -> None:
 
 def test_the_commands_are_registered_in_the_order_help_lists_them() -> None:
     names = [c.name for c in COMMANDS]
-    assert names == ["attach", "run", "record", "watch", "replay", "report", "import", "export",
-                     "diff", "merge", "demo"]  # fmt: skip
+    assert names == ["attach", "run", "record", "watch", "memory-snapshot", "replay", "report",
+                     "import", "export", "diff", "merge", "demo"]  # fmt: skip
 
 
 def test_collect_options_of_a_bare_command_line_are_demos() -> None:

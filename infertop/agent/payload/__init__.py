@@ -36,7 +36,8 @@ The parts, in order:
 - ``memory``, ``spans``, ``pauses``, ``callsamples``, ``profiling``, ``serve``: the agent's
   mixins, one concern each (CUDA allocator statistics and the object census; stage spans; GC
   pauses and event-loop lag; stacks of the threads inside stage calls; duty-cycled profiler
-  windows; the socket and commands);
+  windows; the socket and commands); ``snapshot``: CUDA memory snapshots on request and on
+  an out-of-memory error, written to files of the socket folder;
 - ``agent``: ``_Agent`` itself (its thread, life cycle, sessions);
 - ``start``: ``_infertop_agent_start``, what the joined text calls.
 
@@ -130,6 +131,7 @@ PARTS = (
     "wrap_slots",
     "wrappers",
     "memory",
+    "snapshot",
     "spans",
     "pauses",
     "callsamples",

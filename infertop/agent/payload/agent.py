@@ -24,6 +24,7 @@ from infertop.agent.payload.memory import _CensusMixin, _MemoryMixin
 from infertop.agent.payload.pauses import _PausesMixin
 from infertop.agent.payload.profiling import _ProfilingMixin
 from infertop.agent.payload.serve import _ServingMixin
+from infertop.agent.payload.snapshot import _SnapshotMixin
 from infertop.agent.payload.spans import _SpansMixin
 
 # -- end --
@@ -39,7 +40,7 @@ def _registered_agent():
 
 class _Agent(
     _ServingMixin, _ProfilingMixin, _SpansMixin, _PausesMixin, _CallSamplerMixin, _MemoryMixin,
-    _CensusMixin,
+    _CensusMixin, _SnapshotMixin,
 ):
     def __init__(self, mode, idle_exit_s=20.0):
         self.mode = mode  # "injected" or "armed"
@@ -55,6 +56,7 @@ class _Agent(
         self._init_call_samples()
         self._init_memory()
         self._init_census()
+        self._init_snapshot()
         self.clock_offset_ns = time.time_ns() - time.perf_counter_ns()
         self.lock = threading.Lock()
         self.atexit_registered = False
@@ -195,6 +197,7 @@ class _Agent(
             return
         if self.window is not None and (now >= self.window_deadline or not self.started):
             self._end_window(send=self.started and self.client is not None, full=self.started)
+        self._tick_snapshot(now)  # asked for without a session too (infertop memory-snapshot)
         if not self.started or self.client is None:
             return
         if self.window is None and now >= self.next_window:
@@ -218,6 +221,10 @@ class _Agent(
             except OSError:
                 pass
             self.listener = None
+        try:
+            self._end_snapshots()  # before the folder goes: an uncollected file would keep it
+        except BaseException:
+            pass
         if self.path is not None:
             try:
                 os.unlink(self.path)

@@ -184,6 +184,7 @@ class _ServingMixin:
     def _close_client(self):
         client, self.client = self.client, None
         self.decoder = None
+        self._end_snapshots()  # a recording stops with its client; uncollected files go
         self.idle_since = time.monotonic()
         if client is not None:
             try:
@@ -229,6 +230,10 @@ class _ServingMixin:
             if why:
                 reply["reason"] = why
             self._send(reply)
+        elif cmd == "memory_snapshot":
+            self._memory_snapshot_cmd(msg)
+        elif cmd == "oom_snapshot":
+            self._oom_snapshot_cmd(msg)
         elif cmd == "detach":
             self._send({"type": "ok", "cmd": "detach"})
             self._detach()
