@@ -101,6 +101,12 @@ def add_arguments(p: argparse.ArgumentParser, agent: AgentConfig | None) -> None
     p.add_argument(
         "--duration", type=float, metavar="S", help="stop after S seconds (default: until Ctrl-C)"
     )
+    p.add_argument(
+        "--oom-snapshot", action="store_true",
+        help="on a CUDA out-of-memory error in the target, write PyTorch's memory snapshot "
+        "(the allocator's segments and blocks at that moment) to DIR/oom-snapshot-<UTC "
+        "time>.pickle: open it at https://pytorch.org/memory_viz (docs/memory-snapshot.md)",
+    )  # fmt: skip
     add_json_flag(p)
     add_collect_flags(p, agent)
     add_push_flags(p)
@@ -168,6 +174,8 @@ def _match(args: argparse.Namespace) -> str | None:
 
 def run(args: argparse.Namespace) -> int:
     # imported here: the collectors, the ring and the writer load only when watch runs
+    from dataclasses import replace
+
     from infertop.commands.wiring import CollectOptions, build_collectors
     from infertop.model.events import TargetInfo
     from infertop.watch.loop import Watch, WatchOptions
@@ -204,6 +212,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         target, others = targets(args.pid)
     collect = CollectOptions.from_args(args)
+    if args.oom_snapshot:
+        collect = replace(collect, oom_snapshot_dir=opts.out_dir)
     cfg = collect.load_config()
     collectors, statuses = build_collectors(target, collect, cfg, others, match)
     return Watch(target, cfg, opts, collectors, statuses, push=push).run()

@@ -40,6 +40,7 @@ class CollectOptions:
     profile_memory: bool = False  # --profile-memory
     call_samples: float | None = None  # None: the agent's default
     children: bool = False
+    oom_snapshot_dir: str | None = None  # watch --oom-snapshot: its --out
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> CollectOptions:
@@ -170,6 +171,8 @@ def agent_config(opts: CollectOptions, cfg: Config) -> AgentConfig:
                 f"--call-samples {opts.call_samples:g} is out of range", "use 0..1000 Hz"
             )
         agent = replace(agent, call_sample_hz=opts.call_samples)
+    if opts.oom_snapshot_dir:
+        agent = replace(agent, oom_snapshot_dir=opts.oom_snapshot_dir)
     return agent
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import pickle
 import sys
+import time
 import types
 from pathlib import Path
 
@@ -14,7 +15,9 @@ import pytest
 
 from infertop.agent.payload import snapshot as agent_snapshot
 from infertop.collect.agent import snapshot
+from infertop.collect.agent.client import AgentCollector, AgentConfig
 from infertop.errors import BadInputFile, InfertopError, TargetUnsupported
+from infertop.model.events import CollectorStatus, StageSpan
 from tests.collect.fake_agent import FakeAgent
 from tests.support.cli import run_cli
 
@@ -252,3 +255,101 @@ def test_the_oom_observer_writes_one_snapshot_per_arming(tmp_path, monkeypatch):
     assert len(observers) == 1
     agent._end_snapshots()
     assert os.path.exists(msg["path"])  # an OOM's file waits for a client
+
+
+# -- inside a live session: watch --oom-snapshot and the UI's key ----------------------------------
+
+
+def _poll_until(c, predicate, timeout: float = 10.0) -> list:
+    events: list = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        events += c.poll()
+        if predicate(events):
+            return events
+        time.sleep(0.02)
+    raise AssertionError(f"not within {timeout:g} s: {[getattr(e, 'message', e) for e in events]}")
+
+
+def _said(events, text: str) -> bool:
+    return any(isinstance(e, CollectorStatus) and text in e.message for e in events)
+
+
+def test_watch_oom_snapshot_arms_the_agent_and_copies_what_it_writes(agents, tmp_path):
+    data = FIXTURE.read_bytes()
+
+    def script(agent: FakeAgent, conn) -> None:
+        agent.handshake(conn)
+        assert agent.recv(conn) == {"v": 1, "cmd": "oom_snapshot", "on": True}
+        agent.send(conn, {"v": 1, "type": "ok", "cmd": "oom_snapshot", "armed": True})
+        (Path(agent.dir) / "memsnap-7-1.pickle").write_bytes(data)  # the observer's file
+        agent.send(conn, {"v": 1, "type": "memory_snapshot", "trigger": "oom", "device": 0,
+                          "t": 1765000000.0, "path": "/tmp/infertop-0/memsnap-7-1.pickle",
+                          "bytes": len(data)})  # fmt: skip
+        assert agent.recv(conn)["cmd"] == "oom_snapshot"  # armed again for the next one
+        agent.send(conn, {"v": 1, "type": "ok", "cmd": "oom_snapshot", "armed": True})
+        agent.until_detach(conn)
+
+    agent = agents(script)
+    c = AgentCollector(agent.path, AgentConfig(oom_snapshot_dir=str(tmp_path)))
+    c.start()
+    try:
+        events = _poll_until(c, lambda ev: _said(ev, "out-of-memory snapshot written to"))
+    finally:
+        c.stop()
+    assert _said(events, "a CUDA memory snapshot will be written on an out-of-memory error")
+    written = tmp_path / "oom-snapshot-20251206T054640Z-dev0.pickle"
+    assert written.read_bytes() == data
+    assert _said(events, f"written to {written} (2 segment(s), 22.0 MiB reserved")
+    assert not (Path(agent.dir) / "memsnap-7-1.pickle").exists()
+    assert agent.error is None
+
+
+def test_watch_oom_snapshot_on_a_target_without_cuda_says_so_and_goes_on(agents, tmp_path):
+    def script(agent: FakeAgent, conn) -> None:
+        agent.handshake(conn)
+        assert agent.recv(conn)["cmd"] == "oom_snapshot"
+        agent.send(conn, {"v": 1, "type": "ok", "cmd": "oom_snapshot", "armed": False,
+                          "why": "no-cuda", "reason": agent_snapshot.NO_CUDA})  # fmt: skip
+        agent.send(conn, {"v": 1, "type": "spans", "spans": [[7, "forward", 10.0, 10.05]]})
+        agent.until_detach(conn)
+
+    agent = agents(script)
+    c = AgentCollector(agent.path, AgentConfig(oom_snapshot_dir=str(tmp_path)))
+    c.start()
+    try:
+        events = _poll_until(c, lambda ev: any(isinstance(e, StageSpan) for e in ev))
+    finally:
+        c.stop()
+    assert _said(events, "no snapshot on out-of-memory: " + agent_snapshot.NO_CUDA)
+    assert [s.state for s in events if isinstance(s, CollectorStatus)][-1] == "running"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_snapshot_asked_for_in_a_live_session_is_written_where_asked(agents, tmp_path):
+    data = FIXTURE.read_bytes()
+
+    def script(agent: FakeAgent, conn) -> None:
+        agent.handshake(conn)
+        ask = agent.recv(conn)
+        assert ask == {"v": 1, "cmd": "memory_snapshot", "seconds": 3.0}
+        agent.send(conn, {"v": 1, "type": "ok", "cmd": "memory_snapshot", "started": True,
+                          "seconds": 3.0})  # fmt: skip
+        (Path(agent.dir) / "memsnap-7-1.pickle").write_bytes(data)
+        agent.send(conn, {"v": 1, "type": "memory_snapshot", "trigger": "request",
+                          "path": "/x/memsnap-7-1.pickle", "bytes": len(data)})  # fmt: skip
+        agent.until_detach(conn)
+
+    agent = agents(script)
+    c = AgentCollector(agent.path, AgentConfig())
+    c.start()
+    dest = tmp_path / "session" / "memory-snapshot.pickle"
+    dest.parent.mkdir()
+    try:
+        _poll_until(c, lambda ev: _said(ev, "every"))
+        c.memory_snapshot(3.0, str(dest))
+        events = _poll_until(c, lambda ev: _said(ev, "CUDA memory snapshot written to"))
+    finally:
+        c.stop()
+    assert _said(events, "CUDA memory snapshot: recording 3 s of history")
+    assert dest.read_bytes() == data

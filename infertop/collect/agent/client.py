@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from infertop.agent import protocol
+from infertop.collect.agent.snapshot import collect_quietly, oom_snapshot_path, snapshot_answer
 from infertop.collect.base import drain
 from infertop.model.engine import engine_stats_from_wire
 from infertop.model.events import (
@@ -62,6 +63,9 @@ class AgentConfig:
     pauses: bool = True  # garbage-collection pauses and asyncio event-loop lag
     #: FILE_GLOB:FUNC_GLOB of the user's generation loops (Hugging Face generate is known)
     generate_functions: tuple[str, ...] = ()
+    #: ``watch --oom-snapshot``: arm the agent's out-of-memory observer and copy each CUDA
+    #: memory snapshot it writes into this folder (not part of ``configure``: its own command)
+    oom_snapshot_dir: str | None = None
 
     def message(self) -> dict[str, Any]:
         return {
@@ -234,7 +238,9 @@ class AgentCollector:
         self._pending: list[dict[str, Any]] = []  # read along with a reply, not yet handled
         self._broken: _Ended | None = None  # raised once the messages before it are handled
         self._profiling = ""  # the running status once started ("torch.profiler 0.5 s every…")
-        self._asked: queue.SimpleQueue[str] = queue.SimpleQueue()  # commands to send (profile_now)
+        #: commands to send: "profile_now", or a message (memory_snapshot, oom_snapshot)
+        self._asked: queue.SimpleQueue[str | dict[str, Any]] = queue.SimpleQueue()
+        self._snapshot_dest: str | None = None  # where the snapshot asked for goes
         self.no_profile_now = False  # the agent said it has no profile_now (an older agent)
         #: the agent's answer to the last profile_now: {"started": bool, "reason"?: str}
         self.profile_now_answer: dict[str, Any] | None = None
@@ -255,6 +261,12 @@ class AgentCollector:
         (``profile_now_answer``); an agent that does not know the command is asked no more."""
         if not self.no_profile_now:
             self._asked.put("profile_now")
+
+    def memory_snapshot(self, seconds: float, dest: str) -> None:
+        """Ask the agent for a CUDA memory snapshot of ``seconds`` of history, to be written to
+        ``dest`` (docs/memory-snapshot.md); what came of it is said in a status."""
+        self._snapshot_dest = dest
+        self._asked.put({"cmd": "memory_snapshot", "seconds": seconds})
 
     def stop(self) -> None:
         """Detach (the thread sends ``detach`` and waits briefly for its reply) and close."""
@@ -310,6 +322,8 @@ class AgentCollector:
         self._profiling = f"torch.profiler {window:g} s every {period:g} s"
         if self._agent_state in (None, "running"):  # else the agent's word stands (no torch…)
             self._status("running", self._profiling)
+        if self.config.oom_snapshot_dir:
+            self._asked.put({"cmd": "oom_snapshot", "on": True})
         while not self._stop.is_set():
             for msg in self._next_messages():
                 self._dispatch(msg)
@@ -317,12 +331,14 @@ class AgentCollector:
                 self._ask(cmd)
         self._detach()
 
-    def _ask(self, cmd: str) -> None:
+    def _ask(self, ask: str | dict[str, Any]) -> None:
         """Send a command whose refusal is an answer, not the end of the session (an older
         agent answers ``unknown command``); pushed messages meanwhile are dispatched."""
+        fields = {"cmd": ask} if isinstance(ask, str) else ask
+        cmd = str(fields["cmd"])
         if cmd == "profile_now" and self.no_profile_now:
             return
-        self._send({"v": PROTOCOL, "cmd": cmd})
+        self._send({"v": PROTOCOL, **fields})
         deadline = time.monotonic() + self.reply_timeout
         while time.monotonic() < deadline and not self._stop.is_set():
             msgs = self._next_messages()
@@ -335,6 +351,9 @@ class AgentCollector:
                 self._dispatch(msg)
 
     def _answered(self, cmd: str, msg: dict[str, Any]) -> None:
+        if cmd != "profile_now":
+            self._note(snapshot_answer(cmd, msg))
+            return
         if msg.get("type") == "error":
             self.no_profile_now = True
             self.profile_now_answer = {"started": False, "reason": str(msg.get("message", "?"))}
@@ -404,8 +423,27 @@ class AgentCollector:
             self._broken = _Ended("failed", f"protocol error: {exc}; disconnected")
             return list(exc.before)
 
+    def _note(self, note: str) -> None:
+        """A line for the status that leaves the agent's state as it is."""
+        state = self._agent_state or "running"
+        self._status(state, f"{self._profiling}; {note}" if self._profiling else note)
+
+    def _snapshot_written(self, msg: dict[str, Any]) -> None:
+        """The agent wrote a CUDA memory snapshot: copied where it was asked to go (an OOM's
+        into ``oom_snapshot_dir``, and the observer armed again)."""
+        oom = msg.get("trigger") == "oom"
+        dest = oom_snapshot_path(self.config.oom_snapshot_dir, msg) if oom else self._snapshot_dest
+        if not oom:
+            self._snapshot_dest = None
+        self._note(collect_quietly(self.socket_path, msg, dest))
+        if oom and self.config.oom_snapshot_dir:
+            self._asked.put({"cmd": "oom_snapshot", "on": True})
+
     def _dispatch(self, msg: dict[str, Any]) -> None:
         state = self._agent_state or "running"  # a complaint does not change the agent's state
+        if msg.get("type") == "memory_snapshot":
+            self._snapshot_written(msg)
+            return
         if msg.get("type") == "error":
             self._status(state, f"agent error: {msg.get('message', '?')}")
             return

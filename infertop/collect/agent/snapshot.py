@@ -230,3 +230,57 @@ def _gone(pid: int, why: str | None = None) -> InfertopError:
     return InfertopError(
         f"the agent in pid {pid} closed the connection ({why or 'no reason given'})"
     )
+
+
+# -- inside a live session (the UI's key, watch --oom-snapshot): AgentCollector's lines -------
+
+
+def snapshot_answer(cmd: str, reply: dict[str, Any]) -> str:
+    """The status line for the agent's answer to ``memory_snapshot`` or ``oom_snapshot``."""
+    if reply.get("type") == "error":
+        return f"{cmd.replace('_', ' ')}: this agent cannot ({reply.get('message', '?')})"
+    if cmd == "oom_snapshot":
+        if reply.get("armed"):
+            return "a CUDA memory snapshot will be written on an out-of-memory error"
+        return f"no snapshot on out-of-memory: {reply.get('reason', '?')}"
+    if reply.get("started"):
+        return f"CUDA memory snapshot: recording {float(reply.get('seconds', 0)):g} s of history…"
+    return f"no CUDA memory snapshot: {reply.get('reason', '?')}"
+
+
+def oom_snapshot_path(folder: str | None, msg: dict[str, Any]) -> str | None:
+    """Where an out-of-memory snapshot goes: ``oom-snapshot-<UTC time>-dev<N>.pickle``."""
+    if not folder:
+        return None
+    t = msg.get("t")
+    stamp = time.strftime(
+        "%Y%m%dT%H%M%SZ", time.gmtime(t if isinstance(t, (int, float)) else time.time())
+    )
+    device = msg.get("device")
+    dev = f"-dev{device}" if isinstance(device, int) else ""
+    return os.path.join(folder, f"oom-snapshot-{stamp}{dev}.pickle")
+
+
+def collect_quietly(socket_path: str, msg: dict[str, Any], dest: str | None) -> str:
+    """Copy the snapshot a ``memory_snapshot`` message names to ``dest``; the line that says
+    where it went (or why not). Never raises."""
+    what = "out-of-memory snapshot" if msg.get("trigger") == "oom" else "CUDA memory snapshot"
+    if "error" in msg or "path" not in msg:
+        return f"no {what}: {msg.get('error', 'the agent wrote none')}"
+    if dest is None:  # nobody asked for it here: the agent's copy goes
+        try:
+            name = os.path.basename(str(msg["path"]))
+            if FILE_NAME.match(name):
+                os.unlink(os.path.join(os.path.dirname(socket_path), name))
+        except OSError:
+            pass
+        return f"{what} dropped: no folder to write it to"
+    try:
+        data = collect(socket_path, str(msg["path"]), dest)
+    except InfertopError as exc:
+        return f"{what} not copied: {exc.message}"
+    try:
+        summary = describe(read_summary(data))
+    except BadInputFile as exc:
+        summary = exc.message
+    return f"{what} written to {dest} ({summary}); open it at {VIEWER}"
