@@ -25,6 +25,7 @@ from infertop.config import STAGES
 from infertop.sources import LiveSource, ReplaySource, Source
 from infertop.tui.ingest import (
     IngestWorker,
+    MemorySnapshot,
     SaveIncident,
     ScaleSpeed,
     SeekBy,
@@ -38,7 +39,13 @@ from infertop.tui.ingest import (
     StopRecording,
     TogglePlay,
 )
-from infertop.tui.keys import APP_BINDINGS, KEY_NAMES, LIVE_BINDINGS, REPLAY_BINDINGS
+from infertop.tui.keys import (
+    APP_BINDINGS,
+    KEY_NAMES,
+    LIVE_BINDINGS,
+    MEMORY_SNAPSHOT_S,
+    REPLAY_BINDINGS,
+)
 from infertop.tui.messages import IngestError, RecordingChanged, SnapshotReady
 from infertop.tui.palette import human_bytes
 from infertop.tui.screens.findings import FindingsScreen, Jump
@@ -229,6 +236,20 @@ class InfertopApp(App[None]):
 
     def action_save_incident(self) -> None:
         self.worker.send(SaveIncident("."))
+
+    def action_memory_snapshot(self) -> None:
+        """Key ``m``: a CUDA memory snapshot of the target into the current folder, where
+        recordings go (docs/memory-snapshot.md); the agent's status line says when it is written
+        or why not."""
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        path = os.path.abspath(f"memory-snapshot-{self._target_pid}-{stamp}.pickle")
+        self.worker.send(MemorySnapshot(path, MEMORY_SNAPSHOT_S))
+        self.notify(
+            f"recording the CUDA allocator's history for {MEMORY_SNAPSHOT_S:g} s, then "
+            f"writing {path} (the agent's status line says when)",
+            title="memory snapshot",
+            markup=False,
+        )
 
     def next_record_path(self) -> str:
         """The preset path the first time, else ``infertop-PID-TIME.infertop``; never overwrites."""

@@ -94,13 +94,21 @@ class SaveIncident:
 
 
 @dataclass(frozen=True)
+class MemorySnapshot:
+    """Live: ask the agent for a CUDA memory snapshot (key ``m``) written to ``path``."""
+
+    path: str
+    seconds: float = 10.0
+
+
+@dataclass(frozen=True)
 class _Stop:
     pass
 
 
 Command = (
     SeekTo | SeekBy | TogglePlay | ScaleSpeed | SetStageFilter | StartRecording | StopRecording
-    | SetProcess | SetTimeView | SetFlameShape | SetTails | SaveIncident
+    | SetProcess | SetTimeView | SetFlameShape | SetTails | SaveIncident | MemorySnapshot
 )
 
 
@@ -320,6 +328,12 @@ class IngestWorker:
         elif isinstance(cmd, SaveIncident):
             if self.incidents is not None:
                 self.incidents.save(cmd.out_dir)
+        elif isinstance(cmd, MemorySnapshot):
+            for c in src.collectors if isinstance(src, LiveSource) else ():
+                ask = getattr(c, "memory_snapshot", None)  # the agent's (AgentAttach)
+                if ask is not None:
+                    ask(cmd.seconds, cmd.path)  # what came of it: the agent's status line
+                    break
         elif not isinstance(src, ReplaySource):
             return
         elif isinstance(cmd, SeekTo):

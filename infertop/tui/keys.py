@@ -10,6 +10,8 @@ from textual.binding import Binding, BindingType
 
 SEEK = Binding.Group("Seek", compact=True)
 SPEED = Binding.Group("Speed", compact=True)
+#: the history key ``m`` records before its CUDA memory snapshot
+MEMORY_SNAPSHOT_S = 10.0
 
 
 def _b(key: str, action: str, text: str, help_text: str, **kw: Any) -> Binding:
@@ -101,6 +103,15 @@ LIVE_BINDINGS: list[BindingType] = [
         "save the incident the trigger marked (a stage's p95 doubled, or its call rate "
         "halved) as ./incident-TIME.infertop: 30 s before it and 10 s after, as infertop "
         "watch writes them",
+        show=False,
+    ),
+    _b(
+        "m",
+        "memory_snapshot",
+        "Mem snapshot",
+        f"CUDA memory snapshot: {MEMORY_SNAPSHOT_S:g} s of the allocator's history, then "
+        "PyTorch's snapshot written to ./memory-snapshot-PID-TIME.pickle (open it at "
+        "pytorch.org/memory_viz); the agent's status line says when, or why not (no CUDA)",
         show=False,
     ),
     *TAIL_BINDINGS,

@@ -99,6 +99,16 @@ class AgentAttach:
         if inner is not None:
             inner.profile_now()
 
+    def memory_snapshot(self, seconds: float, dest: str) -> None:
+        """A CUDA memory snapshot to ``dest`` (``AgentCollector.memory_snapshot``); before the
+        agent is connected, a status says there is none to ask."""
+        inner = self._inner
+        if inner is not None:
+            inner.memory_snapshot(seconds, dest)
+        else:
+            state = "unavailable" if self.result is not None else "running"  # or injecting
+            self._status(state, "no CUDA memory snapshot: the agent is not connected")
+
     def stop(self) -> None:
         with self._lock:
             self._stop.set()
