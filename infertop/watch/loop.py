@@ -90,6 +90,7 @@ class Watch:
         self.signalled = False
         self.armed_said: set[str] = set()
         self.said_agent_gone = False
+        self.oom_said: set[str] = set()  # --oom-snapshot: the agent's notes already said
         self._tty = self.err.isatty() and not opts.as_json
         self._last_line_t = -1e9
 
@@ -99,6 +100,17 @@ class Watch:
         self.triggers.add(batch)  # its spans, and its processes' CPU waits (CpuWait)
         if self.incident is not None:
             self.incident.write(batch)
+        for ev in batch:  # --oom-snapshot: armed, not armed (no CUDA), a snapshot written
+            if isinstance(ev, CollectorStatus) and ev.collector == "agent":
+                self._say_oom(ev.message)
+
+    def _say_oom(self, message: str) -> None:
+        """The agent client's note on out-of-memory snapshots (``collect/agent/snapshot.py``,
+        after the profiling part of its status), each said once on stderr."""
+        note = next((p for p in reversed(message.split("; ")) if "out-of-memory" in p), None)
+        if note is not None and note not in self.oom_said:
+            self.oom_said.add(note)
+            self._say(f"infertop watch: {note}")
 
     def spans_live(self) -> bool:
         """False once the agent's connection ended: no spans can come, and a stage's rate

@@ -353,3 +353,27 @@ def test_a_snapshot_asked_for_in_a_live_session_is_written_where_asked(agents, t
         c.stop()
     assert _said(events, "CUDA memory snapshot: recording 3 s of history")
     assert dest.read_bytes() == data
+
+
+def test_watch_says_each_oom_snapshot_note_once_on_stderr(tmp_path):
+    import io
+
+    from infertop.config import Config
+    from infertop.model.events import TargetInfo
+    from infertop.watch.loop import Watch, WatchOptions
+
+    err = io.StringIO()
+    w = Watch(
+        TargetInfo(os.getpid(), "python serve.py"), Config(), WatchOptions(out_dir=str(tmp_path)),
+        [], out=io.StringIO(), err=err,
+    )  # fmt: skip
+    armed = "torch.profiler 0.25 s every 10 s; " + snapshot.snapshot_answer(
+        "oom_snapshot", {"type": "ok", "armed": True}
+    )
+    written = "torch.profiler 0.25 s every 10 s; out-of-memory snapshot written to /d/x.pickle (…)"
+    for message in (armed, armed, "torch.profiler 0.25 s every 10 s", written):
+        w._batch([CollectorStatus(1.0, "agent", "running", message)])
+    assert err.getvalue().splitlines() == [
+        "infertop watch: a CUDA memory snapshot will be written on an out-of-memory error",
+        "infertop watch: out-of-memory snapshot written to /d/x.pickle (…)",
+    ]
