@@ -32,7 +32,7 @@ examples:
 
 exit codes: 0 written; 2 bad arguments or FILE cannot be written; 3 no such process, or no
 permission to attach (or it exited meanwhile); 4 the target cannot give one (no CUDA device
-in use, no torch, the agent could not be started)."""
+in use, no torch, the agent could not be started or failed)."""
 
 
 def add_arguments(p: argparse.ArgumentParser, agent: AgentConfig | None) -> None:
@@ -71,6 +71,8 @@ def run(args: argparse.Namespace) -> int:
     out = os.path.abspath(args.output)
     if not os.path.isdir(os.path.dirname(out)):
         raise UsageError(f"cannot write {args.output}: its folder does not exist")
+    if os.path.isdir(out):
+        raise UsageError(f"cannot write {args.output}: it is a folder", "name the file to write")
     check_pid(args.pid)
 
     def say(text: str) -> None:

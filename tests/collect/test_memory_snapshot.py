@@ -147,6 +147,11 @@ def test_command_errors_have_one_message_and_their_exit_code(tmp_path):
     assert bad.returncode == 2 and "--seconds -1 is out of range" in bad.stderr
     nowhere = run_cli("memory-snapshot", str(os.getpid()), "-o", str(tmp_path / "no" / "s"))
     assert nowhere.returncode == 2 and "its folder does not exist" in nowhere.stderr
+    folder = run_cli("memory-snapshot", str(os.getpid()), "-o", str(tmp_path))
+    assert folder.returncode == 2 and "it is a folder" in folder.stderr
+    with pytest.raises(InfertopError) as err:
+        snapshot.take(str(tmp_path / "agent-1.sock"), 1, 1.0, str(tmp_path / "s"))
+    assert err.value.exit_code == 4 and "cannot reach the agent" in err.value.message
 
 
 def test_help_says_where_the_file_opens():

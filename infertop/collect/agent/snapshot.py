@@ -23,7 +23,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from infertop.agent import protocol
-from infertop.errors import BadInputFile, InfertopError, TargetNotFound, TargetUnsupported
+from infertop.errors import (
+    BadInputFile,
+    InfertopError,
+    TargetNotFound,
+    TargetUnsupported,
+    UsageError,
+)
 
 #: the names the agent gives its snapshot files (payload/snapshot.py)
 FILE_NAME = re.compile(r"^memsnap-\d+-\d+\.pickle$")
@@ -95,17 +101,19 @@ def collect(socket_path: str, agent_path: str, dest: str) -> bytes:
     by the folder's owner, is read."""
     name = os.path.basename(str(agent_path))
     if not FILE_NAME.match(name):
-        raise InfertopError(f"the agent named an unexpected snapshot file: {agent_path!r}")
+        raise TargetUnsupported(f"the agent named an unexpected snapshot file: {agent_path!r}")
     folder = os.path.dirname(socket_path)
     path = os.path.join(folder, name)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError as exc:
-        raise InfertopError(f"cannot open the agent's snapshot {path}: {exc.strerror}") from None
+        raise TargetUnsupported(
+            f"cannot open the agent's snapshot {path}: {exc.strerror}"
+        ) from None
     with os.fdopen(fd, "rb") as fh:
         st = os.fstat(fh.fileno())
         if not stat.S_ISREG(st.st_mode) or st.st_uid != os.stat(folder).st_uid:
-            raise InfertopError(f"refusing {path}: not a plain file of the agent's user")
+            raise TargetUnsupported(f"refusing {path}: not a plain file of the agent's user")
         data = fh.read()
     try:
         os.unlink(path)
@@ -127,7 +135,7 @@ def write_file(dest: str, data: bytes) -> None:
             os.unlink(tmp)
         except OSError:
             pass
-        raise InfertopError(f"cannot write {dest}: {exc.strerror or exc}") from None
+        raise UsageError(f"cannot write {dest}: {exc.strerror or exc}") from None
 
 
 def _unavailable(reply: dict[str, Any]) -> InfertopError:
@@ -150,12 +158,18 @@ def take(
 ) -> SnapshotSummary:
     """Ask the agent at ``socket_path`` for a snapshot of ``seconds`` of history and write it to
     ``dest``. Raises ``TargetUnsupported`` (no CUDA, no torch, busy), ``TargetNotFound`` (the
-    target went away meanwhile) or ``InfertopError``."""
+    target went away meanwhile), ``TargetUnsupported`` (the agent failed) or ``UsageError``
+    (``dest`` cannot be written)."""
     say = progress or (lambda _text: None)
-    refused = protocol.check_socket(socket_path)
-    if refused is not None:
-        raise InfertopError(f"refusing the agent socket: {refused}")
-    sock = protocol.connect(socket_path, timeout=5.0)
+    try:
+        refused = protocol.check_socket(socket_path)
+        sock = None if refused else protocol.connect(socket_path, timeout=5.0)
+    except OSError as exc:
+        raise TargetUnsupported(
+            f"cannot reach the agent at {socket_path}: {exc.strerror or exc}"
+        ) from None
+    if sock is None:
+        raise TargetUnsupported(f"refusing the agent socket: {refused}")
     try:
         protocol.send_msg(sock, {"v": protocol.VERSION, "cmd": "hello", "client": "infertop"})
         conn = _Conn(sock, pid, alive)
@@ -166,7 +180,7 @@ def take(
         protocol.send_msg(sock, ask)
         reply = conn.wait(_answer("memory_snapshot"), 10.0)
         if reply.get("type") == "error":
-            raise InfertopError(
+            raise TargetUnsupported(
                 f"the agent refused the snapshot: {reply.get('message', '?')}",
                 "an older agent: let it leave (20 s without a client) and try again",
             )
@@ -175,7 +189,9 @@ def take(
         say(f"recording the CUDA allocator's history for {seconds:g} s…")
         done = conn.wait(lambda m: m.get("type") == "memory_snapshot", seconds + WRITE_SLACK_S)
         if "error" in done or "path" not in done:
-            raise InfertopError(f"the agent could not write the snapshot: {done.get('error', '?')}")
+            raise TargetUnsupported(
+                f"the agent could not write the snapshot: {done.get('error', '?')}"
+            )
         say(f"copying {int(done.get('bytes', 0)) / 2**20:.1f} MiB…")
         data = collect(socket_path, str(done["path"]), dest)
     finally:
@@ -221,13 +237,13 @@ class _Conn:
             if not data:
                 raise _gone(self.pid)
             self.pending += self.reader.feed(data)
-        raise InfertopError(f"no answer from the agent in pid {self.pid} within {timeout:g} s")
+        raise TargetUnsupported(f"no answer from the agent in pid {self.pid} within {timeout:g} s")
 
 
 def _gone(pid: int, why: str | None = None) -> InfertopError:
     if not os.path.exists(f"/proc/{pid}"):
         return TargetNotFound(f"pid {pid} exited before its snapshot was written")
-    return InfertopError(
+    return TargetUnsupported(
         f"the agent in pid {pid} closed the connection ({why or 'no reason given'})"
     )
 
