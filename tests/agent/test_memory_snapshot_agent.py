@@ -126,3 +126,32 @@ def test_an_oom_writes_one_snapshot_the_client_is_told_of(targets, tmp_path):
         client.close()
     assert wait_until(lambda: not os.path.exists(res.socket_path), timeout=30)
     assert target.read_status()["history"] == []  # no history recorded for OOMs
+
+
+def test_a_target_that_exits_while_it_records_is_exit_3(targets, tmp_path):
+    import threading
+
+    from infertop.collect.agent import snapshot
+    from infertop.errors import TargetNotFound
+
+    target = _stand_in(targets)
+    res = inject(target.pid, timeout=30, require_torch=False)
+    assert res.ok, res.reason
+    raised: list[BaseException] = []
+
+    def take() -> None:
+        try:
+            snapshot.take(res.socket_path, target.pid, 60.0, str(tmp_path / "s.pickle"))
+        except BaseException as exc:  # noqa: BLE001 - checked below
+            raised.append(exc)
+
+    thread = threading.Thread(target=take, daemon=True)
+    thread.start()
+    assert wait_until(lambda: target.read_status()["history"] == [["all", 100000]], timeout=30)
+    target.proc.kill()
+    target.proc.wait(30)
+    thread.join(30)
+    (exc,) = raised
+    assert isinstance(exc, TargetNotFound) and exc.exit_code == 3
+    assert f"pid {target.pid} exited before its snapshot was written" in exc.message
+    assert not (tmp_path / "s.pickle").exists()

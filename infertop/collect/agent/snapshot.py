@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from infertop import procfs
 from infertop.agent import protocol
 from infertop.errors import (
     BadInputFile,
@@ -241,7 +242,7 @@ class _Conn:
 
 
 def _gone(pid: int, why: str | None = None) -> InfertopError:
-    if not os.path.exists(f"/proc/{pid}"):
+    if procfs.state(pid) in (None, "Z", "X"):  # gone, or dead and not yet reaped
         return TargetNotFound(f"pid {pid} exited before its snapshot was written")
     return TargetUnsupported(
         f"the agent in pid {pid} closed the connection ({why or 'no reason given'})"
