@@ -101,7 +101,7 @@ class Watch:
         if self.incident is not None:
             self.incident.write(batch)
         for ev in batch:  # --oom-snapshot: armed, not armed (no CUDA), a snapshot written
-            if isinstance(ev, CollectorStatus) and ev.collector == "agent":
+            if isinstance(ev, CollectorStatus) and ev.collector in ("agent", "agents"):
                 self._say_oom(ev.message)
 
     def _say_oom(self, message: str) -> None:

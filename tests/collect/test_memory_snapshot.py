@@ -303,7 +303,7 @@ def test_watch_oom_snapshot_arms_the_agent_and_copies_what_it_writes(agents, tmp
     finally:
         c.stop()
     assert _said(events, "a CUDA memory snapshot will be written on an out-of-memory error")
-    written = tmp_path / "oom-snapshot-20251206T054640Z-dev0.pickle"
+    written = tmp_path / "oom-snapshot-20251206T054640Z-pid7-dev0.pickle"
     assert written.read_bytes() == data
     assert _said(events, f"written to {written} (2 segment(s), 22.0 MiB reserved")
     assert not (Path(agent.dir) / "memsnap-7-1.pickle").exists()
@@ -382,3 +382,26 @@ def test_watch_says_each_oom_snapshot_note_once_on_stderr(tmp_path):
         "infertop watch: a CUDA memory snapshot will be written on an out-of-memory error",
         "infertop watch: out-of-memory snapshot written to /d/x.pickle (…)",
     ]
+
+
+def test_with_many_agents_each_snapshot_note_is_said_with_its_pid(tmp_path):
+    from infertop.collect.agent.children import ChildAgents
+
+    agents = ChildAgents([], AgentConfig(oom_snapshot_dir=str(tmp_path)))
+    note = "out-of-memory snapshot written to /d/x.pickle (2 segment(s))"
+    said = agents._tag(
+        42, CollectorStatus(1.0, "agent", "running", f"torch.profiler 0.25 s; {note}")
+    )
+    assert isinstance(said, CollectorStatus)
+    assert (said.collector, said.state, said.message) == ("agents", "running", f"pid 42: {note}")
+    assert (
+        agents._tag(42, CollectorStatus(1.0, "agent", "running", "torch.profiler 0.25 s")) is None
+    )
+
+
+def test_oom_snapshots_never_overwrite_one_another(tmp_path):
+    msg = {"t": 1765000000.0, "device": 1, "path": "/tmp/infertop-0/memsnap-9-3.pickle"}
+    first = snapshot.oom_snapshot_path(str(tmp_path), msg)
+    assert first == str(tmp_path / "oom-snapshot-20251206T054640Z-pid9-dev1.pickle")
+    Path(first).write_bytes(b"x")
+    assert snapshot.oom_snapshot_path(str(tmp_path), msg) == first.replace(".pickle", "-2.pickle")

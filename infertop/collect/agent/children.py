@@ -22,6 +22,7 @@ from dataclasses import replace
 
 from infertop.collect.agent.attach import AgentAttach
 from infertop.collect.agent.client import AgentConfig, RawCallSamples
+from infertop.collect.agent.snapshot import is_snapshot_note
 from infertop.collect.tree import descendants, gone
 from infertop.model.engine import EngineStats
 from infertop.model.events import (
@@ -156,6 +157,9 @@ class ChildAgents:
         if isinstance(ev, StageSpan):
             return ev  # thread ids name their process
         if isinstance(ev, CollectorStatus):
+            note = ev.message.rsplit("; ", 1)[-1]
+            if is_snapshot_note(note):  # said as it is, not summed up: where a snapshot went
+                return replace(ev, collector=self.name, message=f"pid {pid}: {note}")
             self._states[pid] = ev
         return None  # its hello (torch version) is not the target's; statuses are summed up
 

@@ -266,16 +266,28 @@ def snapshot_answer(cmd: str, reply: dict[str, Any]) -> str:
 
 
 def oom_snapshot_path(folder: str | None, msg: dict[str, Any]) -> str | None:
-    """Where an out-of-memory snapshot goes: ``oom-snapshot-<UTC time>-dev<N>.pickle``."""
+    """Where an out-of-memory snapshot goes: ``oom-snapshot-<UTC time>-pid<P>-dev<N>.pickle``
+    (P as the target sees itself, from the agent's file name), never over an existing file."""
     if not folder:
         return None
     t = msg.get("t")
     stamp = time.strftime(
         "%Y%m%dT%H%M%SZ", time.gmtime(t if isinstance(t, (int, float)) else time.time())
     )
+    name = os.path.basename(str(msg.get("path", "")))
+    pid = f"-pid{name.split('-')[1]}" if FILE_NAME.match(name) else ""
     device = msg.get("device")
     dev = f"-dev{device}" if isinstance(device, int) else ""
-    return os.path.join(folder, f"oom-snapshot-{stamp}{dev}.pickle")
+    stem = os.path.join(folder, f"oom-snapshot-{stamp}{pid}{dev}")
+    path, n = f"{stem}.pickle", 2
+    while os.path.exists(path):
+        path, n = f"{stem}-{n}.pickle", n + 1
+    return path
+
+
+def is_snapshot_note(message: str) -> bool:
+    """True for a status line of the agent client that says what came of a snapshot."""
+    return "memory snapshot" in message or "out-of-memory" in message
 
 
 def collect_quietly(socket_path: str, msg: dict[str, Any], dest: str | None) -> str:
