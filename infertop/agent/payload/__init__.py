@@ -19,6 +19,8 @@ The parts, in order:
 - ``patterns``: the stage-pattern language (``FILE_GLOB:FUNC_GLOB``), which infertop's own
   stage rules use too;
 - ``events``: the event tuple and how event names are classified;
+- ``reduce_memory``: the allocator's reports in a window by stage and op, each stage's peak per
+  call, and an op's stage (shared with the op tables);
 - ``reduce``: one window's events reduced to op paths / kernels / copies / syncs / annotations,
   op time and device busy time (``reduce_events``, pure functions);
 - ``kineto``: ``_KinetoEvent`` objects to event tuples; keeping libkineto's lines off stderr;
@@ -121,6 +123,7 @@ PARTS = (
     "constants",
     "patterns",
     "events",
+    "reduce_memory",
     "reduce",
     "kineto",
     "window",
