@@ -308,8 +308,10 @@ def test_injected_one_thread_keeping_the_gil_then_two(targets, version: str) -> 
         pytest.skip(f"no Python {version} under pyenv")
     alone, _ = _injected_waits(targets, python, "--serialize")
     assert alone < 0.2, alone  # of 4 s
-    both, _ = _injected_waits(targets, python, "--gil-hog")
-    assert both > 1.2, both
+    # most of the 4 s late (1.2-2.2 s as GIL waits on a quiet machine); where other work takes
+    # the cores, part of the lateness is a wait for a CPU, which the agent tells apart
+    both, cpu = _injected_waits(targets, python, "--gil-hog")
+    assert both + cpu > 1.2 and both > 0.5, (both, cpu)
 
 
 @pytest.mark.slow
