@@ -11,6 +11,7 @@ from rich.text import Text
 
 from infertop.analysis.snapshot import Snapshot
 from infertop.analysis.tail import OVERLAPS, StageTail
+from infertop.analysis.untimed import untimed_stages
 from infertop.config import STAGES
 from infertop.model.events import Frame
 from infertop.tui.palette import bar, stage_color
@@ -47,18 +48,8 @@ def default_stage(tails: Sequence[StageTail], stage_filter: str | None) -> str |
     return max(tails, key=lambda t: (t.calls, t.stage)).stage
 
 
-def _version(text: str | None) -> tuple[int, ...] | None:
-    parts = []
-    for p in (text or "").split(".")[:2]:
-        digits = "".join(c for c in p if c.isdigit())
-        if not digits:
-            return None
-        parts.append(int(digits))
-    return tuple(parts) if len(parts) == 2 else None
-
-
 TODO = (
-    'time the stage\'s calls with --stage STAGE=FUNCTION (Python ≥ 3.10) or wrap them in '
+    'time the stage\'s calls with --stage STAGE=FUNCTION or wrap them in '
     '`with infertop.stage("STAGE"):`'
 )
 
@@ -66,23 +57,14 @@ TODO = (
 def _why_no_samples(snap: Snapshot) -> tuple[str, str]:
     """(why the agent sent no call samples, what to do)."""
     agent = next((s for s in snap.statuses if s.collector == "agent"), None)
-    python = _version(snap.target.python)
     if agent is None or agent.state in ("unavailable", "failed"):
         why = "the in-process agent did not run"
         if agent is not None and agent.message:
             why += f" ({agent.message})"
         return why, "attach with the agent, and " + TODO
-    if python is not None and python < (3, 10):
-        why = (
-            f"on Python {snap.target.python} the agent times calls only inside infertop.stage() "
-            "annotations, and it saw none"
-        )
-        todo = (
-            'wrap each stage in `with infertop.stage("STAGE"):` (or run on Python ≥ 3.10 with '
-            "--stage STAGE=FUNCTION)"
-        )
-        return why, todo
-    return "the agent's call sampler saw no stage calls", TODO
+    # the agent times the same calls on every Python it runs on (wrappers before 3.12)
+    on = f" on Python {snap.target.python}" if snap.target.python else ""
+    return f"the agent's call sampler saw no stage calls{on}", TODO
 
 
 def no_samples_line(snap: Snapshot) -> str | None:
@@ -96,7 +78,11 @@ def no_samples_line(snap: Snapshot) -> str | None:
 
 
 def no_calls_line(snap: Snapshot) -> str:
-    """The view's one line when no stage call was timed at all (no tail to show)."""
+    """The view's one line when no stage call was timed at all (no tail to show): which
+    stages, on which Python, why, and the one thing to do."""
+    gap = untimed_stages(snap)
+    if gap is not None:
+        return f"No timed stage calls, so no tail. {gap.line()}"
     view = snap.ui.tail_view
     if view is not None and view.call_samples:
         return "No timed stage calls yet, so no tail: " + TODO + "."
@@ -253,6 +239,9 @@ def tail_text(snap: Snapshot, tail: StageTail, width: int, short: bool = False) 
     view = snap.ui.tail_view
     limit = 5 if short else 10
     lines = counts_lines(tail, view.rate_hz if view is not None else 0.0)
+    gap = untimed_stages(snap)
+    if gap is not None:  # the stages the view cannot show: no tail for them, and why
+        lines.append(Text("not here: " + gap.line(), style="#d7af5f"))
     missing = no_samples_line(snap)
     lines.append(Text())
     if missing is not None:

@@ -180,7 +180,7 @@ async def test_without_call_samples_it_says_why_and_still_lists_the_slowest_call
         screen = await _open(pilot, app)
         await shows(pilot, app, "No call samples:")
         text = screen_text(app)
-        assert "--stage STAGE=FUNCTION (Python ≥ 3.10)" in text and "infertop.stage(" in text
+        assert "--stage STAGE=FUNCTION" in text and "infertop.stage(" in text
         assert "44.4 ms" in text and "MainThread" in text  # the spans are there
         gil = next(line for line in text.splitlines() if "GIL held elsewhere" in line)
         assert "not measured" in gil
@@ -195,9 +195,12 @@ async def test_a_replay_without_stage_calls_says_why_in_one_line() -> None:
         await shows(pilot, app, "No timed stage calls, so no tail")
         text = screen_text(app)
         # a 3.11 target: the agent times --stage rules there too (wrapping them), so the one
-        # line says what to do, not that its Python cannot
+        # line says which stages have no calls, on which Python, why, and the rule to give;
+        # not that its Python cannot
         words = " ".join(text.replace("│", " ").split())  # the line wraps in its box
-        assert "--stage STAGE=FUNCTION" in words and 'infertop.stage("STAGE")' in words, text
+        assert "forward, serialize, preprocess, postprocess: no timed calls" in words, text
+        assert "on Python 3.11.7" in words and "no rule names their functions" in words, text
+        assert "--stage forward=FUNCTION" in words, text
         assert "3.12" not in text
 
 

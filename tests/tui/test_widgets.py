@@ -68,7 +68,10 @@ def test_stage_panel_text(replay_source: ReplaySource) -> None:
     text = render_stages(snap, 78).plain
     lines = text.splitlines()
     assert lines[0].startswith("stage") and "history" in lines[0]
-    assert [ln.split()[0] for ln in lines[1:]] == [s.name for s in snap.recent]
+    names = [s.name for s in snap.recent]
+    assert [ln.split()[0] for ln in lines[1 : 1 + len(names)]] == names
+    # then the stages seen without a timed call, why, and what to do (wrapped to fit)
+    assert lines[1 + len(names)].startswith("latency") and "no timed calls" in text
     assert all(len(ln) <= 78 for ln in lines)
     forward = next(ln for ln in lines if ln.startswith("forward"))
     assert "p50" in forward and "/s" in forward

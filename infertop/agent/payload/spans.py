@@ -145,8 +145,12 @@ class _SpansMixin:
         """Once a session: the timed functions the wrappers could not reach (a function defined
         inside another one, a generator, a model under ``torch.compile``, an entry the target's
         types refuse), by name: the report's notes keep it."""
-        names = sorted({"%s:%s" % (c.co_filename.rsplit("/", 1)[-1], c.co_name) for c in wrappers.unreached})
-        names += sorted({n for n, _why in wrappers.failed})
+        # each name with the stage it times, in brackets: the UI says which stage went untimed
+        names = sorted({"%s:%s [%s]" % (c.co_filename.rsplit("/", 1)[-1], c.co_name, wrappers.stage_of(c))
+                        for c in wrappers.unreached})  # fmt: skip
+        codes = wrappers.failed_codes
+        names += sorted({"%s [%s]" % (n, wrappers.stage_of(codes[n])) if n in codes else n
+                         for n, _ in wrappers.failed})  # fmt: skip
         if names:
             self._status_once(
                 "unreached", "running",

@@ -131,11 +131,18 @@ class _Wrappers:
         self.slots = []
         self.unreached = []  # codes no dictionary entry was found for
         self.failed = []  # (name, why) of entries that could not be replaced
+        self.failed_codes = {}  # name -> its code, for the stage the note names it with
         self.keyed = None
 
     @staticmethod
     def available():
         return True
+
+    def stage_of(self, code):
+        """The stage a code is timed as, for the notes: a generation call's two parts."""
+        if code in self.codes:
+            return self.codes[code]
+        return "prefill/decode" if self.gen_codes.get(code) == "call" else "forward"
 
     # -- in and out ---------------------------------------------------------------------------
 
@@ -159,6 +166,7 @@ class _Wrappers:
         for holder, name, value, code in found:
             if id(holder) in compiled:
                 self.failed.append(("%s.%s" % (holder.__name__, name), "compiled with torch.compile"))
+                self.failed_codes["%s.%s" % (holder.__name__, name)] = code
                 continue
             got = _function_of(value, types.FunctionType)
             if got is None:  # an instance's own forward (a hook's partial): called without self
@@ -170,6 +178,7 @@ class _Wrappers:
                 wrapper = self._wrap(fn, code, bound=kind == "instance")
                 if wrapper is None:
                     self.failed.append((name, "a generator, or a coroutine under a plain decorator"))
+                    self.failed_codes[name] = code
                     continue
                 wrappers[id(fn)] = wrapper
             slot = _Slot(holder, name, value)
@@ -183,6 +192,7 @@ class _Wrappers:
                 slot.put(put)
             except Exception as exc:  # a read-only type, an odd module
                 self.failed.append((name, repr(exc)[:200]))
+                self.failed_codes[name] = code
                 continue
             slot.wrapper = put
             self.slots.append(slot)

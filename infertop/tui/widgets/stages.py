@@ -4,13 +4,18 @@ under the stages, the agent's GC pauses and event-loop lag on the same time axis
 
 from __future__ import annotations
 
+import re
+import textwrap
+
 from rich.text import Text
+from textual.geometry import Size
 from textual.widget import Widget
 
 from infertop.analysis.requests import RequestSummary
 from infertop.analysis.shares import StageShare
 from infertop.analysis.snapshot import Snapshot
 from infertop.analysis.stages import IDLE
+from infertop.analysis.untimed import untimed_stages
 from infertop.tui.palette import bar, sparkline, stage_color
 from infertop.tui.widgets.engine_rows import engine_rows
 from infertop.tui.widgets.generation_rows import batch_row, generation_rows
@@ -22,6 +27,8 @@ TOTAL_W = 9  # "   40.1%" (the session column)
 #: the idle row's words in place of its bar: its share is of a larger whole than the stages'
 #: (all thread time), so the stages above sum to 100 % without it; the longest that fits
 IDLE_NOTES = ("not in the 100 % above", "not in the 100 %", "not in 100 %")
+#: a work stage's latency cell without a timed call (the ``latency`` row under says why)
+NO_CALLS = "no timed calls"
 
 
 def stage_history(history: tuple[dict[str, int], ...], stage: str) -> list[float]:
@@ -68,6 +75,7 @@ def render_stages(snapshot: Snapshot | None, width: int, header: bool = True) ->
     totals = {s.name: s for s in snapshot.totals}
     bar_w, spark_w, latency_w = stage_columns(snapshot, width)
     with_latency = latency_w > 0
+    gap = untimed_stages(snapshot)  # work stages without a timed call: why, what to do
     lines: list[Text] = []
     if header:
         head = Text(style="bold #bcbcbc on #262626", no_wrap=True, overflow="ellipsis")
@@ -100,8 +108,13 @@ def render_stages(snapshot: Snapshot | None, width: int, header: bool = True) ->
             row.append("  " + sparkline(stage_history(snapshot.history, share.name), spark_w))
             row.stylize(color, len(row) - spark_w)
         if with_latency:
-            row.append("  " + _latency_text(share))
+            if share.latency_ms is None and gap is not None and share.name in gap.stages:
+                row.append("  " + NO_CALLS, style="dim italic")
+            else:
+                row.append("  " + _latency_text(share))
         lines.append(row)
+    if gap is not None:
+        lines += latency_rows(gap.line(short=True), width)
     if snapshot.recent_requests is not None:
         lines.append(requests_row(snapshot.recent_requests))
     lines += generation_rows(snapshot.generation, NAME_W)
@@ -113,6 +126,25 @@ def render_stages(snapshot: Snapshot | None, width: int, header: bool = True) ->
             lines.append(by_batch)
     lines += pause_rows(snapshot, NAME_W, bar_w + PCT_W + TOTAL_W, spark_w)
     return Text("\n").join(lines)
+
+
+def latency_rows(why: str, width: int) -> list[Text]:
+    """``latency     preprocess: no timed calls on Python 3.11.7, WHY. TODO``: the stages with
+    no latency, why, and the one thing to do; on up to three rows where one is too narrow for
+    it (the thing to do comes last, and must be seen)."""
+    room = max(20, width - NAME_W)
+    # a command line is not split: its words are kept together (a no-break space)
+    words = re.sub(r"--\S+ ('[^']*'|\S+)", lambda m: m[0].replace(" ", "\u00a0"), why)
+    parts = [p.replace("\u00a0", " ") for p in textwrap.wrap(words, room)]
+    if len(parts) > 3:
+        parts = parts[:2] + [textwrap.shorten(" ".join(parts[2:]), room, placeholder="…")]
+    rows = []
+    for i, part in enumerate(parts):
+        row = Text(no_wrap=True, overflow="ellipsis")
+        row.append(("latency" if i == 0 else "").ljust(NAME_W), style="bold #d7af5f")
+        row.append(part, style="#d7af5f")
+        rows.append(row)
+    return rows
 
 
 def requests_row(req: RequestSummary) -> Text:
@@ -149,3 +181,7 @@ class StagePanel(Widget):
 
     def render(self) -> Text:
         return render_stages(self.snapshot, self.content_region.width or 80)
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        # at the width it will have: the latency row wraps to as many rows as it needs there
+        return len(render_stages(self.snapshot, width).split("\n"))
