@@ -50,8 +50,10 @@ lint: $(STAMP)
 # starved target, a GIL that is not the cause) or plant the socket folder of user nobody that
 # the other nobody tests use: beside other tests they would be the other tests' load. No test
 # judges a share or a speed against a bar: that is make accuracy's and the benchmarks'. Both
-# phases run; the target fails if either did.
-WORKERS ?= 3
+# phases run; the target fails if either did. Four workers on the 2 cores: many tests wait on
+# their targets (a watch's minute, 50 attach cycles), and none judges a speed, so a fourth
+# fills the waits.
+WORKERS ?= 4
 test: $(STAMP) $(VENV312)/.installed $(VENVHTA)/.installed
 	@rc=0; \
 	$(PY) -m pytest -q -m "not solo" -n $(WORKERS) --dist worksteal || rc=$$?; \
