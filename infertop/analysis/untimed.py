@@ -128,6 +128,9 @@ def untimed(
     # no status but calls came (a session made by hand, an import): an agent sent them
     state = agent.state if agent is not None else ("running" if done else "unavailable")
     message = agent.message if agent is not None else ""
+    # its windows unavailable (no torch imported, a profiler busy): the agent runs all the same
+    if state == "unavailable" and (done or "profiler" in message):
+        state = "running"
     if state in ("unavailable", "failed"):
         why = f"no agent ({message})" if message else "no agent"
         if "--no-inject" in message:

@@ -57,7 +57,8 @@ TODO = (
 def _why_no_samples(snap: Snapshot) -> tuple[str, str]:
     """(why the agent sent no call samples, what to do)."""
     agent = next((s for s in snap.statuses if s.collector == "agent"), None)
-    if agent is None or agent.state in ("unavailable", "failed"):
+    ran = agent is not None and "profiler" in agent.message  # no windows, calls all the same
+    if agent is None or (agent.state in ("unavailable", "failed") and not ran):
         why = "the in-process agent did not run"
         if agent is not None and agent.message:
             why += f" ({agent.message})"

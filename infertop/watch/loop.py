@@ -19,6 +19,7 @@ from types import FrameType
 from typing import Any, TextIO
 
 from infertop.analysis.triggers import Firing, Rule, Triggers
+from infertop.analysis.untimed import Untimed, untimed
 from infertop.collect.base import Collector
 from infertop.config import Config
 from infertop.errors import EXIT_OK, InfertopError
@@ -31,6 +32,11 @@ TICK_S = 0.25
 RING_SLACK_S = 5.0  # kept beyond --before: the collectors' windows end up to a second late
 FAST_NVML_S = 0.1  # NVML's interval during an incident's --after seconds
 STATUS_EVERY_S = 30.0  # without a terminal: one status line this often (and on each change)
+#: watch says which stages no trigger can watch (no timed calls) once it has watched this long
+#: (the agent connected, its first calls come, a few windows of samples), and looks again this
+#: often
+UNTIMED_AFTER_S = 10.0
+UNTIMED_EVERY_S = 5.0
 
 #: what signal.signal takes and gives back
 _Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
@@ -93,6 +99,9 @@ class Watch:
         self.oom_said: set[str] = set()  # --oom-snapshot: the agent's notes already said
         self._tty = self.err.isatty() and not opts.as_json
         self._last_line_t = -1e9
+        self.untimed: Untimed | None = None  # the stages without timed calls, once looked at
+        self._untimed_t = -1e9
+        self._untimed_said: tuple[set[str], str] = (set(), "")
 
     # -- events -----------------------------------------------------------------------------
     def _batch(self, batch: list[Event]) -> None:
@@ -185,6 +194,30 @@ class Watch:
             self.armed_said.update(armed)
             self._say(f"auto trigger watching {', '.join(armed)}")
 
+    def _look_untimed(self, now: float, elapsed: float) -> None:
+        """Which stages have samples but no timed call (the triggers cannot watch them), why,
+        and what to do (``analysis/untimed.py``): said once, and again when it changes."""
+        if elapsed < UNTIMED_AFTER_S or now - self._untimed_t < UNTIMED_EVERY_S:
+            return
+        self._untimed_t = now
+        s = self.src.session
+        counts = dict(s.folded.stage_counts)  # the CPU windows': every active sample
+        for ws in s.windows:
+            if not ws.wall:
+                for stage, n in ws.stage_counts.items():
+                    counts[stage] = counts.get(stage, 0) + n
+        active = sum(n for stage, n in counts.items() if stage != "idle")
+        shares = [(stage, n / active) for stage, n in counts.items() if stage != "idle" and active]
+        agent = s.statuses.get("agent")
+        gap = untimed(s.target.python, agent, tuple(s.status_notes), shares, self.triggers.stages)
+        self.untimed = gap
+        if gap is None:
+            return
+        said, why = self._untimed_said
+        if why != gap.why or not set(gap.stages) <= said:
+            self._untimed_said = (said | set(gap.stages), gap.why)
+            self._say(f"infertop watch: the triggers cannot watch {gap.line()}")
+
     def _say(self, line: str | dict, key: str = "message") -> None:
         if self._tty:
             self.err.write("\r\x1b[K")
@@ -231,6 +264,10 @@ class Watch:
         t = self.triggers
         if not t.stages:
             agent = self.src.session.statuses.get("agent")
+            gap = self.untimed
+            if gap is not None:  # looked at: on which Python, and why (the line said above)
+                on = f"Python {gap.python}: " if gap.python else ""
+                return f"no stage calls ({on}{gap.why})"
             why = f" (agent: {agent.message})" if agent and agent.state != "running" else ""
             return "no stage calls yet" + why
         if not self.spans_live():
@@ -241,7 +278,10 @@ class Watch:
             armed = t.armed(now)
             if not armed:
                 return "auto: gathering 20 s of calls"
-            return "auto on " + ", ".join(armed[:4]) + (" ..." if len(armed) > 4 else "")
+            on = "auto on " + ", ".join(armed[:4]) + (" ..." if len(armed) > 4 else "")
+            if self.untimed is not None:
+                on += " (not " + ", ".join(self.untimed.stages[:3]) + ": no timed calls)"
+            return on
         return f"{len(t.rules)} rule" + ("" if len(t.rules) == 1 else "s")
 
     def _progress(self, elapsed: float, now: float) -> None:
@@ -303,6 +343,7 @@ class Watch:
                     self.push.tick()
                     for warning in self.push.warnings():
                         self._say(warning, "warning")
+                self._look_untimed(now, elapsed)
                 self._progress(elapsed, now)
                 time.sleep(TICK_S)
         except KeyboardInterrupt:

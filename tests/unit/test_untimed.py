@@ -34,6 +34,11 @@ def test_without_the_agent_it_says_why_it_did_not_run() -> None:
     assert gap is not None and gap.todo == "Detach the other infertop, then attach again."
     line = gap.line()
     assert line.startswith("preprocess, forward, postprocess: no timed calls on Python 3.11.7 (py-spy's shares only)")
+    # no profiler windows (torch not imported yet) is no reason: the agent times calls anyway
+    no_torch = CollectorStatus(0.0, "agent", "unavailable", "torch is not imported in the target: no profiler windows")
+    for timed in ((), {"forward"}):
+        gap = untimed("3.11.7", no_torch, (), SHARES, timed)
+        assert gap is not None and gap.why == "no rule names their functions", gap
 
 
 def test_a_session_that_ended_as_usual_is_not_a_reason() -> None:
