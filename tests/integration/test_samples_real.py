@@ -25,7 +25,9 @@ pytestmark = pytest.mark.slow
 WORK = ("preprocess", "forward", "postprocess", "serialize")
 
 
-def _record(tmp_path, argv: list[str], duration: str = "6", python: str | None = None) -> tuple[dict, str]:
+def _record(
+    tmp_path, argv: list[str], duration: str = "6", python: str | None = None, extra: tuple[str, ...] = ()
+) -> tuple[dict, str]:
     """Start a sample with its truth file, wait until it serves, record it with the defaults;
     its report and the truth file's path. The target must be unharmed: still running, nothing
     on its stderr."""
@@ -34,7 +36,7 @@ def _record(tmp_path, argv: list[str], duration: str = "6", python: str | None =
     try:
         until(lambda: sum(read_truth(truth).get("stages", {}).values()) > 0.5, 90, f"work in {truth}")
         out = str(tmp_path / "s.infertop")
-        p = infertop("record", str(target.pid), "-o", out, "--duration", duration, timeout=180)
+        p = infertop("record", str(target.pid), "-o", out, "--duration", duration, *extra, timeout=180)
         alive = target.poll() is None
     finally:
         _, err = stop_target(target)
@@ -119,3 +121,24 @@ def test_generation_calls_are_timed_as_the_service_times_them(tmp_path, where: s
         check_against_own(f"textgen --hf on {where}", g, calls, json.load(fh)["calls"]["generation"])
     wall = {s["name"]: s["share"] for s in rep["stages"]}
     assert {"prefill", "decode"} <= set(wall), wall
+
+
+@pytest.mark.parametrize("where", ["3.12", "venv"])
+def test_a_hand_written_loop_named_by_generate_is_timed_as_generation(tmp_path, where: str) -> None:
+    """The sample's own decoding loop (``generate``: a prefill forward, then a forward per new
+    token, no Hugging Face), named by ``--generate`` on Python 3.12 and on the dev venv's (3.11:
+    the wrappers): every call is a generation call of the sample's 16 new tokens and batches of
+    its 4 clients at most, each split into one prefill and one decode."""
+    if where == "3.12" and not VENV312.exists():
+        pytest.skip(f"needs {VENV312} (make .venv312/.installed: Python 3.12 with torch, transformers)")
+    python = str(VENV312) if where == "3.12" else None
+    extra = ("--generate", "*textgen_service.py:generate")
+    rep, _ = _record(tmp_path, ["-m", "samples.textgen_service"], duration="8", python=python, extra=extra)
+    g = rep["generation"]
+    assert g is not None and g["calls"] >= 5, g
+    assert g["new_tokens"]["p50"] == g["new_tokens"]["max"] == 16, g["new_tokens"]  # --new-tokens
+    assert 1 <= g["batch_size"]["max"] <= 4, g["batch_size"]  # --clients 4
+    assert g["kv_cache"] is None  # no cache object the agent can read in a hand-written loop
+    assert 0 < g["ttft_ms"]["p50"] < g["latency_ms"]["p50"] and g["tpot_ms"]["p50"] > 0, g
+    calls = {s["name"]: s["calls"] for s in rep["stages"]}
+    assert calls["prefill"] == calls["decode"] == g["calls"], calls
