@@ -258,6 +258,8 @@ DEFAULT_FOLD_FRAMES: tuple[str, ...] = (
     "*/concurrent/futures/thread.py:_worker",
     "*/concurrent/futures/thread.py:_WorkItem.run",
     "*importlib._bootstrap*:_call_with_frames_removed",  # every import's trampoline
+    # the agent's wrapper around each timed entry point on Python < 3.12 (payload/wrappers.py)
+    "<infertop-agent>:*infertop_timed*",
 )
 
 

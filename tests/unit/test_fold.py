@@ -99,6 +99,9 @@ def test_function_level_frames_merge_the_lines_of_one_function() -> None:
         ),  # fmt: skip
         (Frame("BertModel.forward", "/venv/transformers/models/bert/modeling_bert.py", 900), False),
         (Frame("_call_with_frames_removed", "<frozen importlib._bootstrap>", 241), True),
+        # the agent's wrapper of a timed function (Python < 3.12), as py-spy names it
+        (Frame("_Wrappers._plain_wrapper.<locals>.infertop_timed", "<infertop-agent>", 3574), True),
+        (Frame("_Agent._loop", "<infertop-agent>", 100), False),  # the agent's own work stays
         (Frame("MyThread.run", "/srv/app/worker.py", 10), False),  # a user's own run()
         (Frame("Module.__call__", "/venv/torch/nn/modules/module.py", 1), False),
     ],
