@@ -23,8 +23,9 @@ when a trigger fires write DIR/incident-<UTC time>.infertop: those seconds and t
 incident; a status line on stderr. On a trigger the agent also takes a torch.profiler window
 at once and NVML is read 5x as often for the --after seconds.
 
-triggers (over stage calls: infertop.stage annotations, or, on Python >= 3.12, --stage
-functions and an ASGI app's requests, timed by the agent):
+triggers (over stage calls: infertop.stage annotations, and the calls the agent times: a
+model's forward, tokenizers, json.dumps, requests, --stage functions; watch says which stages
+have none):
   auto (the default)    a stage's p95 over the last 2 s above 2× its p95 over the 60 s
                         before, or its call rate under half of its 60 s rate; it waits for
                         20 s of a stage's calls and enough of them, so a steady load never
@@ -42,7 +43,7 @@ examples:
   infertop watch 4242 --out /var/tmp/incidents
   infertop watch 4242 --out inc --trigger 'forward.p99>250ms' --trigger 'forward.rate<5/s'
   infertop watch 4242 --out inc --trigger auto --trigger 'preprocess.p95>40ms' --before 60
-  infertop watch 4242 --out inc --stage forward='*model.py:Model.forward'   (Python >= 3.12)
+  infertop watch 4242 --out inc --stage preprocess='*server.py:tokenize_batch'
   infertop watch --match '*serve.py*' --out inc --push http://pyroscope:4040
                                         every serve.py on the host, now and later
   kill -USR1 <pid of watch>             write an incident now
