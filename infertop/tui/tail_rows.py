@@ -242,7 +242,7 @@ def tail_text(snap: Snapshot, tail: StageTail, width: int, short: bool = False) 
     lines = counts_lines(tail, view.rate_hz if view is not None else 0.0)
     gap = untimed_stages(snap)
     if gap is not None:  # the stages the view cannot show: no tail for them, and why
-        lines.append(Text("not here: " + gap.line(), style="#d7af5f"))
+        lines.append(Text("not here: " + gap.line(short=short), style="#d7af5f"))
     missing = no_samples_line(snap)
     lines.append(Text())
     if missing is not None:
