@@ -79,8 +79,8 @@ def suggest(flame: FlameNode | None, stage: str) -> str | None:
     while stack:
         node, inside = stack.pop()
         n = node.stages.get(stage, 0)
-        if n <= need:
-            continue
+        if n <= need or (node.frame is not None and "importlib" in node.frame.file):
+            continue  # too little of it; an import's work (a module's body) is no call to time
         pure = node.frame is not None and n >= 0.9 * node.total and not node.frame.file.startswith("<")
         if pure and not inside and (best is None or n > best[0]):
             best = (n, node)
@@ -94,8 +94,8 @@ def suggest(flame: FlameNode | None, stage: str) -> str | None:
     if callee is None or callee.frame is None or callee.stages.get(stage, 0) < 0.9 * n:
         return None
     frame = callee.frame
-    if "<" in frame.function:  # defined inside another function, a lambda: no wrapper reaches it
-        return None
+    if "<" in frame.function or frame.file.startswith("<"):
+        return None  # a function defined inside another, a lambda, frozen or generated code
     base = frame.file.replace("\\", "/").rsplit("/", 1)[-1]
     return f"--stage '{stage}=*{base}:{frame.function}'"
 
@@ -162,8 +162,10 @@ def untimed(
 
 
 def untimed_stages(snap: Snapshot) -> Untimed | None:
-    """``untimed`` of a snapshot: its session's shares and calls, its agent's status and notes."""
+    """``untimed`` of a snapshot: the shares of its last seconds (start-up's imports and model
+    loading long gone are not a stage to time), the calls of its whole session, its agent's
+    status and notes."""
     agent = next((s for s in snap.statuses if s.collector == "agent"), None)
-    timed = {s.name for s in snap.totals if s.calls} | {t.stage for t in snap.tails}
-    shares = [(s.name, s.share) for s in snap.totals]
+    timed = {s.name for s in (*snap.totals, *snap.recent) if s.calls} | {t.stage for t in snap.tails}
+    shares = [(s.name, s.share) for s in (snap.recent or snap.totals)]
     return untimed(snap.target.python, agent, snap.status_notes, shares, timed, snap.flame)

@@ -99,6 +99,22 @@ def test_the_rule_to_give_is_the_outermost_function_all_of_the_stage() -> None:
     assert only_post is not None and only_post.todo == "Time it: --stage postprocess=FUNCTION."
 
 
+def test_an_import_s_work_is_no_call_to_time() -> None:
+    """A model's module imported at start-up (transformers' lazy modules) runs its forward-ish
+    code under the import machinery: no rule is offered from it."""
+    root = FlameNode(None)
+    path = [Frame("<module>", "/srv/app.py", 1), Frame("_find_and_load", "<frozen importlib._bootstrap>", 1),
+            Frame("_LazyModule._get_module", "/venv/transformers/utils/import_utils.py", 9),
+            Frame("Linear.__init__", "/venv/torch/nn/modules/linear.py", 3)]  # fmt: skip
+    node = root
+    for f in [None, *path]:
+        if f is not None:
+            node = node.children.setdefault(f, FlameNode(f, node))
+        node.total, node.stages = 40, {"forward": 40}
+    gap = untimed("3.11.7", RUNNING, (), [("forward", 0.3)], (), root)
+    assert gap is not None and gap.todo == "Time it: --stage forward=FUNCTION."
+
+
 def test_a_recording_without_the_agent_says_so_with_its_python() -> None:
     """The slow-tokenizer sample recorded with --no-inject (Python 3.11): every work stage is
     listed, the reason is the flag, and the rule names the sample's own tokenizer."""
