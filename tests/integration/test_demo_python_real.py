@@ -22,12 +22,13 @@ PYTHON = f"{sys.version_info[0]}.{sys.version_info[1]}"
 def test_the_demo_s_slow_calls_view_shows_a_tail_and_says_what_it_cannot(tmp_path) -> None:
     term = Tmux(f"TMPDIR={tmp_path} {sys.executable} -m infertop demo", width=160, height=50)
     try:
-        # the stage panel's border offers the view once a stage has timed calls
-        term.wait_for(lambda s: "l: slow calls" in s and "no timed calls" in s, timeout=60)
-        screen = term.screen()
-        # the planted tokenizer has no timed call: its latency cell and a row say so, and why
+        # the stage panel's border offers the view once a stage has timed calls; the planted
+        # tokenizer has none: its latency cell and a row say so, why, and the rule to give (its
+        # own function, from the flame, once the flame holds a few seconds of it)
+        rule = "--stage 'preprocess=*textgen_service.py:tokenize_batch'"
+        screen = term.wait_for(lambda s: "l: slow calls" in s and rule in s, timeout=60)
         assert "latency     preprocess" in screen and f"on Python {PYTHON}" in screen, screen
-        assert "--stage 'preprocess=*textgen_service.py:tokenize_batch'" in screen, screen
+        assert "no timed calls" in screen, screen
         term.keys("l")
         # the model's forward, timed by the wrappers with no flag: its slow calls and the frames
         # they have more of (the call sampler's stacks)
