@@ -134,7 +134,7 @@ def untimed(
     if state in ("unavailable", "failed"):
         why = f"no agent ({message})" if message else "no agent"
         if "--no-inject" in message:
-            todo = f"Attach without --no-inject (and {rule} where the defaults do not time it)"
+            todo = f"Leave out --no-inject (and give {rule} where the defaults do not time it)"
         elif "another client" in message or "another infertop" in message:
             todo = "Detach the other infertop, then attach again"
         else:

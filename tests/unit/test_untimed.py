@@ -28,7 +28,7 @@ def test_without_the_agent_it_says_why_it_did_not_run() -> None:
     off = CollectorStatus(0.0, "agent", "unavailable", "off (--no-inject)")
     gap = untimed("3.11.7", off, (), SHARES, ())
     assert gap is not None and "no agent (off (--no-inject))" in gap.why
-    assert gap.todo.startswith("Attach without --no-inject")
+    assert gap.todo.startswith("Leave out --no-inject")
     busy = CollectorStatus(0.0, "agent", "unavailable", "pid 7 already has an agent serving another client")
     gap = untimed("3.11.7", busy, (), SHARES, ())
     assert gap is not None and gap.todo == "Detach the other infertop, then attach again."
