@@ -27,9 +27,10 @@ triggers (over stage calls: infertop.stage annotations, and the calls the agent 
 model's forward, tokenizers, json.dumps, requests, --stage functions; watch says which stages
 have none):
   auto (the default)    a stage's p95 over the last 2 s above 2× its p95 over the 60 s
-                        before, or its call rate under half of its 60 s rate; it waits for
-                        20 s of a stage's calls and enough of them, so a steady load never
-                        fires
+                        before, with more slow calls than the stage's own mix makes likely,
+                        or its call rate under half of its 60 s rate; it waits for 20 s of a
+                        stage's calls and enough of them, so a steady load (a rare slow path
+                        included) never fires
   STAGE.METRIC>TIME     forward.p99>250ms, preprocess.p95>40ms, decode.max>1s
                         (METRIC: p50, p95, p99, any pNN, max, mean; TIME in us, ms or s)
   STAGE.rate<N/s        forward.rate<5/s: fewer calls than that (also /min)
