@@ -217,15 +217,22 @@ def memory_pressure(
     return {pid: IntervalSet(iv) for pid, iv in out.items()}
 
 
+#: the injected agent's own code (on Python 3.10/3.11 its wrapper around each timed call is on
+#: every such call's stack): never one of the frames a stage's slow calls "have more of"
+AGENT_FILE = "<infertop-agent>"
+
+
 def _shares(counts: dict[int, int], frames_of: Callable[[int], Sequence[Frame]]):
     """{(function, file): samples whose stack holds it}, {(function, file): {line: n}} and
-    {(function, file): its deepest position in a stack}."""
+    {(function, file): its deepest position in a stack}; the agent's own frames left out."""
     held: dict[tuple[str, str], int] = {}
     lines: dict[tuple[str, str], dict[int, int]] = {}
     depth: dict[tuple[str, str], int] = {}
     for sid, n in counts.items():
         seen = set()
         for i, f in enumerate(frames_of(sid)):
+            if f.file == AGENT_FILE:
+                continue
             key = (f.function, f.file)
             by_line = lines.setdefault(key, {})
             by_line[f.line] = by_line.get(f.line, 0) + n

@@ -144,3 +144,17 @@ def test_callers_that_only_lead_to_the_slow_function_are_left_out() -> None:
     inp = TailInputs(idx, stacks.__getitem__, lambda sid: "request", lambda tid: 0, {}, {}, True)
     tail = stage_tail("request", spans, inp)
     assert tail is not None and [f.function for f in tail.frames] == ["slow_lookup"]
+
+
+def test_the_agent_s_own_wrapper_is_never_a_frame_the_slow_calls_have_more_of() -> None:
+    """On Python 3.10/3.11 the agent's wrapper is on every timed call's stack, and a stage whose
+    typical calls have no samples (a fast serializer) had it at the top of its slow calls'
+    frames, 100 % against 0 %; the stage's own frames are what the view is for."""
+    wrapper = Frame("_Wrappers._plain_wrapper.<locals>.infertop_timed", "<infertop-agent>", 3649)
+    STACKS[3] = [MAIN, wrapper, ENCODE, RARE]
+    try:
+        spans, idx = workload(slow_stack=3)
+        tail = stage_tail("preprocess", spans, inputs(idx))
+    finally:
+        del STACKS[3]
+    assert tail is not None and [f.function for f in tail.frames] == ["rare_path"], tail.frames
