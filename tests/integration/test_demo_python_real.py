@@ -14,7 +14,7 @@ import pytest
 from .helpers import INFERTOP, start_target, stop_target
 from .test_tmux_e2e import Tmux
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.long]  # the demo and a watch: ~30 s each
 PYTHON = f"{sys.version_info[0]}.{sys.version_info[1]}"
 
 

@@ -40,6 +40,7 @@ def _record(tmp_path, name: str, extra: list[str], inject: bool) -> str:
     return out
 
 
+@pytest.mark.long  # two recordings and every export: ~25 s
 def test_a_real_session_exports_and_diffs(tmp_path) -> None:
     base = _record(tmp_path, "base", [], inject=True)
     # the Chrome trace: valid on every track, with the service's threads, stages and torch ops

@@ -23,7 +23,7 @@ from infertop.agent.protocol import socket_dir, sweep_stale_sockets
 from .helpers import ROOT, VENV312, infertop, pid_gone, report_json, status_of, stop_target, until
 from .http_clients import JsonClients, free_port
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.long]  # a Ray cluster: ~45 s
 APP = ROOT / "tests" / "integration" / "targets" / "rayserve_app.py"
 
 
