@@ -241,12 +241,20 @@ class _Conn:
         raise TargetUnsupported(f"no answer from the agent in pid {self.pid} within {timeout:g} s")
 
 
+#: a killed process closes its files before it is a zombie: how long a closed connection waits
+#: for its process to finish dying before it is the agent's doing
+DYING_S = 1.0
+
+
 def _gone(pid: int, why: str | None = None) -> InfertopError:
-    if procfs.state(pid) in (None, "Z", "X"):  # gone, or dead and not yet reaped
-        return TargetNotFound(f"pid {pid} exited before its snapshot was written")
-    return TargetUnsupported(
-        f"the agent in pid {pid} closed the connection ({why or 'no reason given'})"
-    )
+    deadline = time.monotonic() + DYING_S
+    while procfs.state(pid) not in (None, "Z", "X"):  # gone, or dead and not yet reaped
+        if time.monotonic() > deadline:
+            return TargetUnsupported(
+                f"the agent in pid {pid} closed the connection ({why or 'no reason given'})"
+            )
+        time.sleep(0.02)
+    return TargetNotFound(f"pid {pid} exited before its snapshot was written")
 
 
 # -- inside a live session (the UI's key, watch --oom-snapshot): AgentCollector's lines -------
