@@ -154,8 +154,8 @@ def test_twenty_cycles_leave_no_growth(targets):
         assert sockets(target.pid) == base_sockets
         rss.append(rss_kb(target.pid))
     # memory: the first cycles warm caches (allocator arenas); later ones add noise, and the
-    # code of each injection until the target's next full gc.collect() (0.84 MB a compile of
-    # today's payload, measured in one process), beside the allocator's
+    # code of each injection until the target's next full gc.collect() (0.84 MB a run of
+    # today's payload in one process, its agent thread's start included), beside the allocator's
     # own fragmentation when other work shares the machine: 16 MB over 17 cycles in one CI run,
     # 12 MB or less alone. What would be a leak (a thread's stack, the profiler's buffers, a
     # module kept) grows faster than a payload's code a cycle
