@@ -19,6 +19,8 @@ The parts, in order:
 - ``patterns``: the stage-pattern language (``FILE_GLOB:FUNC_GLOB``), which infertop's own
   stage rules use too;
 - ``events``: the event tuple and how event names are classified;
+- ``safe_reads``: other threads' stacks and the collector's objects, read so that the
+  reading cannot break the threads that own them;
 - ``reduce_memory``: the allocator's reports in a window by stage and op, each stage's peak per
   call, and an op's stage (shared with the op tables);
 - ``reduce``: one window's events reduced to op paths / kernels / copies / syncs / annotations,
@@ -123,6 +125,7 @@ PARTS = (
     "constants",
     "patterns",
     "events",
+    "safe_reads",
     "reduce_memory",
     "reduce",
     "kineto",

@@ -1,10 +1,11 @@
 """The call sampler: the stacks of the threads inside stage calls, each with its time, so that
 the host can tie stacks to calls (tail attribution: where the slow calls spent their time).
 
-Only threads that are in a timed call (``sys.monitoring``, Python >= 3.12) or that ended an
-``infertop.stage`` span in the last ``SPAN_THREAD_KEEP_S`` are looked at, on the agent's own
-thread, ``call_sample_hz`` times a second: one ``sys._current_frames()`` and a walk of those
-threads' frames. Code objects are held only until the next flush.
+Only threads that are in a timed call or that ended an ``infertop.stage`` span in the last
+``SPAN_THREAD_KEEP_S`` are looked at, on the agent's own thread, ``call_sample_hz`` times a
+second: one ``sys._current_frames()`` and a walk of those threads' frames, each in one C call
+with the collector off (safe_reads.py: a walk in a Python loop killed targets on 3.11). Code
+objects are held only until the next flush.
 
 While it samples, the agent's own wake-ups are timed too (``_note_sleep`` / ``_note_wake``): a
 wake-up GIL_LATE_S late or more is split into the thread's wait for a CPU (its run-queue delay,
@@ -32,18 +33,14 @@ from infertop.agent.payload.constants import (
     RUN_DELAY_READ_S,
     SPAN_THREAD_KEEP_S,
 )
+from infertop.agent.payload.safe_reads import CollectorOff, code_lines
 
 # -- end --
 
 
 def stack_of(frame):
-    """((code, line), ...) root first, at most MAX_SAMPLE_DEPTH innermost frames."""
-    out = []
-    while frame is not None and len(out) < MAX_SAMPLE_DEPTH:
-        out.append((frame.f_code, frame.f_lineno or 0))
-        frame = frame.f_back
-    out.reverse()
-    return tuple(out)
+    """((code, line or None), ...) root first, at most MAX_SAMPLE_DEPTH innermost frames."""
+    return code_lines(frame, MAX_SAMPLE_DEPTH)[::-1]
 
 
 def thread_clock_id(tid):
@@ -118,7 +115,7 @@ def sample_message(samples, offset_ns, rate_hz, gil_waits=(), cpu_waits=()):
                     name = getattr(code, "co_qualname", None) or code.co_name
                     frames.append([name, code.co_filename])
                 flat.append(fid)
-                flat.append(line)
+                flat.append(line or 0)
             sid = stack_ids[stack] = len(stacks)
             stacks.append(flat)
         rows.append([tid, (t_ns + offset_ns) / 1e9, sid])
@@ -308,13 +305,16 @@ class _CallSamplerMixin:
         if not threads:
             return
         t_ns = time.perf_counter_ns()
-        frames = sys._current_frames()
         append = self.call_samples.append
-        for ident, native in threads.items():
-            frame = frames.get(ident)
-            if frame is not None:
-                append((native, t_ns, stack_of(frame)))
-        del frames
+        with CollectorOff():
+            frames = sys._current_frames()
+            try:
+                for ident, native in threads.items():
+                    frame = frames.get(ident)
+                    if frame is not None:
+                        append((native, t_ns, stack_of(frame)))
+            finally:
+                frame = frames = None
 
     def _flush_call_samples(self, offset_ns):
         if not self.call_samples and not self.gil_waits and not self.cpu_waits:

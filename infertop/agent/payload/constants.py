@@ -78,6 +78,8 @@ CENSUS_TYPES = 30  # the most numerous types sent
 CENSUS_CONTAINERS = 20  # the longest lists, dicts, sets and deques sent
 CENSUS_MIN_LEN = 100  # shorter containers are not followed
 CENSUS_ITEMS_SIZED = 16  # items of a container whose sizes estimate its bytes
+#: a list's items are read from a copy (gc.get_referents) only up to this length (8 MB)
+CENSUS_LIST_ITEMS_READ = 1_000_000
 CENSUS_NAME_ENTRIES = 200000  # module globals (and their objects' attributes) read for names
 #: no census on a heap of more blocks than this (sys.getallocatedblocks): the list of its
 #: objects alone would take 8 bytes each, and the census seconds of the GIL's time

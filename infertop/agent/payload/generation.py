@@ -20,7 +20,7 @@ import threading
 
 # -- imported as a module (payload_source leaves these lines out) --
 from infertop.agent.payload.monitor import frame_of, on_stack
-from infertop.agent.payload.stages import _unwrapped_code, gc_objects, match_stage
+from infertop.agent.payload.stages import _unwrapped_code, functions_alive, match_stage
 
 # -- end --
 
@@ -50,12 +50,8 @@ def find_generation_codes(patterns=(), model_codes=(), known=True):
         if code is not None:
             found.setdefault(code, kind)
     if patterns:
-        import types
-
         n = 0
-        for obj in gc_objects():
-            if type(obj) is not types.FunctionType:
-                continue
+        for obj in functions_alive():
             code = obj.__code__
             if code in found:
                 continue

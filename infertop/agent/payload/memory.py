@@ -16,10 +16,16 @@ from infertop.agent.payload.constants import (
     CENSUS_EVERY_S,
     CENSUS_FIRST_S,
     CENSUS_ITEMS_SIZED,
+    CENSUS_LIST_ITEMS_READ,
     CENSUS_MAX_BLOCKS,
     CENSUS_MIN_LEN,
     CENSUS_NAME_ENTRIES,
     CENSUS_TYPES,
+)
+from infertop.agent.payload.safe_reads import (
+    subclasses_of,
+    tracked_of_types,
+    type_counts,
 )
 from infertop.agent.payload.window import _cuda_in_use, _torch
 
@@ -91,13 +97,19 @@ def _container_bytes(obj, n):
     over it (for a dict: its values and keys)."""
     getsizeof = sys.getsizeof
     base = _container_kind(type(obj))  # read through the builtin's own methods, not a subclass's
+    step = max(1, n // CENSUS_ITEMS_SIZED)
     try:
         own = getsizeof(obj)
         if base is dict:
-            items = list(itertools.islice(dict.items(obj), 0, n, max(1, n // CENSUS_ITEMS_SIZED)))
+            items = list(itertools.islice(dict.items(obj), 0, n, step))
             sized = [getsizeof(k) + getsizeof(v) for k, v in items]
-        elif base is list or base is collections.deque:
-            step = max(1, n // CENSUS_ITEMS_SIZED)
+        elif base is list:
+            # through the collector's traversal, which skips the empty slots of a list still
+            # being filled by C code (indexing one crashes): only where that copy is small
+            items = gc.get_referents(obj) if n <= CENSUS_LIST_ITEMS_READ else []
+            sized = [getsizeof(x) for x in itertools.islice(items, 0, None, step)]
+            sized = sized[:CENSUS_ITEMS_SIZED]
+        elif base is collections.deque:
             sized = [getsizeof(base.__getitem__(obj, i)) for i in range(0, n, step)][:CENSUS_ITEMS_SIZED]
         else:
             sized = [getsizeof(x) for x in itertools.islice(set.__iter__(obj), CENSUS_ITEMS_SIZED)]
@@ -169,20 +181,18 @@ def object_census(names=None):
     length, estimated bytes and the module global that holds them, if one does). ``names``:
     {id: name} found before, reused (a container keeps its id while it lives)."""
     started = time.perf_counter()
-    objs = gc.get_objects()
-    counts = {}
-    longest = []  # (length, id)
+    # what the collector tracks, read inside C calls that hold nothing else (safe_reads.py):
+    # the count of each type, then the containers alone
+    counts = type_counts()
+    objs = tracked_of_types(subclasses_of(*_KINDS))
+    longest = []  # (length, index)
     for i, obj in enumerate(objs):
-        tp = type(obj)
-        counts[tp] = counts.get(tp, 0) + 1
-        kind = _container_kind(tp)
-        if kind is not None:
-            try:
-                n = kind.__len__(obj)
-            except Exception:
-                continue
-            if n >= CENSUS_MIN_LEN:
-                longest.append((n, i))
+        try:
+            n = _container_kind(type(obj)).__len__(obj)
+        except Exception:
+            continue
+        if n >= CENSUS_MIN_LEN:
+            longest.append((n, i))
         if i % 50000 == 49999:
             time.sleep(0)  # give the GIL to the target's threads between chunks
     longest.sort(reverse=True)
@@ -196,11 +206,11 @@ def object_census(names=None):
         [id(o), type(o).__name__, n, _container_bytes(o, n), names.get(id(o))] for n, o in top
     ]
     del top
-    types = sorted(counts.items(), key=lambda kv: -kv[1])[:CENSUS_TYPES]
+    types = sorted(counts, key=lambda kv: -kv[1])[:CENSUS_TYPES]
     return {
         "type": "census",
         "t": time.time(),
-        "objects": sum(counts.values()),
+        "objects": sum(n for _, n in counts),
         "types": [[_type_name(tp), n] for tp, n in types],
         "containers": containers,
         "cost_s": time.perf_counter() - started,

@@ -16,6 +16,7 @@ from infertop.agent.payload.constants import (
     MAX_LOOPS,
     MAX_PAUSES_BUFFERED,
 )
+from infertop.agent.payload.safe_reads import CollectorOff, frames_down
 
 # -- end --
 
@@ -51,22 +52,26 @@ def _loop_of(frame):
 
 
 def running_loops(skip_ident=None):
-    """{id(loop): (loop, native thread id)} for every thread running an asyncio event loop."""
+    """{id(loop): (loop, native thread id)} for every thread running an asyncio event loop:
+    each stack's frames made in one C call and looked into with the collector off
+    (safe_reads.py)."""
     natives = {t.ident: t.native_id for t in threading.enumerate()}
     found = {}
-    for ident, frame in sys._current_frames().items():
-        if ident == skip_ident:
-            continue
-        depth = 0
-        while frame is not None and depth < 400:
-            loop = _loop_of(frame)
-            if loop is not None:
-                found[id(loop)] = (loop, natives.get(ident) or 0)
-                break
-            frame = frame.f_back
-            depth += 1
-        if len(found) >= MAX_LOOPS:
-            break
+    with CollectorOff():
+        frames = sys._current_frames()
+        try:
+            for ident, top in frames.items():
+                if ident == skip_ident:
+                    continue
+                for frame in frames_down(top, 400):
+                    loop = _loop_of(frame)
+                    if loop is not None:
+                        found[id(loop)] = (loop, natives.get(ident) or 0)
+                        break
+                if len(found) >= MAX_LOOPS:
+                    break
+        finally:
+            frames = top = frame = None
     return found
 
 

@@ -20,6 +20,7 @@ from infertop.agent.payload.constants import (
 )
 from infertop.agent.payload.generation import find_generation_codes, transformers_warning
 from infertop.agent.payload.monitor import _Monitor
+from infertop.agent.payload.safe_reads import CollectorOff
 from infertop.agent.payload.stages import (
     _CALL_FILTERS,
     _RETURN_FILTERS,
@@ -361,11 +362,12 @@ class _ServingMixin:
                 or len(self.model_codes) >= MAX_MODEL_CODES):  # fmt: skip
             return
         own = self.thread.ident if self.thread is not None else None
-        frames = sys._current_frames()
-        try:
-            found = models_on_stacks(frames, ignore=(own,))
-        finally:
-            del frames
+        with CollectorOff():  # safe_reads.py
+            frames = sys._current_frames()
+            try:
+                found = models_on_stacks(frames, ignore=(own,))
+            finally:
+                frames = None
         new = [c for c in found if c not in self.model_codes and c not in self.stage_codes]
         if new:
             self.model_codes = self.model_codes + new[: MAX_MODEL_CODES - len(self.model_codes)]

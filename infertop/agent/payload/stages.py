@@ -11,6 +11,12 @@ import time
 # -- imported as a module (payload_source leaves these lines out) --
 from infertop.agent.payload.engine_stats import _vllm_stats
 from infertop.agent.payload.patterns import StagePattern
+from infertop.agent.payload.safe_reads import (
+    CollectorOff,
+    codes_down,
+    subclasses_of,
+    tracked_of_types,
+)
 
 # -- end --
 
@@ -42,15 +48,12 @@ def match_stage(patterns, filename, qualname):
 
 def find_stage_codes(patterns):
     """{code object: stage} for every function object alive in this process that matches."""
-    import types
 
     found = {}
     if not patterns:
         return found
     seen = set()
-    for obj in gc_objects():
-        if type(obj) is not types.FunctionType:
-            continue
+    for obj in functions_alive():
         code = obj.__code__
         if id(code) in seen:
             continue
@@ -202,13 +205,11 @@ def find_model_codes():
     if not isinstance(base, type):
         return []
     unimplemented = getattr(mod, "_forward_unimplemented", None)
-    # type(), not isinstance(): that reads ``__class__``, which a proxy object may compute
-    # (torch.distributed's deprecated ``reduce_op`` warns on the target's stderr)
-    import gc
-
-    # the collector's list only: a frozen heap's models are found on the stacks as they run
+    # by their exact types, not isinstance(): that reads ``__class__``, which a proxy object may
+    # compute (torch.distributed's deprecated ``reduce_op`` warns on the target's stderr). The
+    # collector's list only: a frozen heap's models are found on the stacks as they run
     # (models_on_stacks), which costs nothing like a walk of millions of objects
-    modules = [obj for obj in gc.get_objects() if issubclass(type(obj), base)]
+    modules = tracked_of_types(subclasses_of(base))
     held = set()
     for m in modules:
         subs = m.__dict__.get("_modules") or {}
@@ -338,19 +339,21 @@ def _step_ran(retval):
 _RETURN_FILTERS = {"batch_taken": _batch_taken, "step_ran": _step_ran}
 
 
-def gc_objects():
-    """The objects alive in this process that the agent looks through for functions and
-    models: the collector's, and where the process froze its heap (``gc.freeze()``: vLLM's
-    processes, a Ray Serve replica after its deployment's ``__init__``, pre-forking servers)
-    the functions the loaded modules define (``loaded_functions``), which
-    ``gc.get_objects()`` leaves out. A frozen heap's models are found on the threads' stacks
-    as they run (``models_on_stacks``), not by walking it."""
+def functions_alive():
+    """The functions alive in this process that the agent looks through for stage and
+    generation functions: the collector's (``tracked_of_types``: never the whole heap held),
+    and where the process froze its heap (``gc.freeze()``: vLLM's processes, a Ray Serve
+    replica after its deployment's ``__init__``, pre-forking servers) the functions the loaded
+    modules define (``loaded_functions``), which ``gc.get_objects()`` leaves out. A frozen
+    heap's models are found on the threads' stacks as they run (``models_on_stacks``), not by
+    walking it."""
     import gc
+    import types
 
-    objects = gc.get_objects()
+    functions = tracked_of_types((types.FunctionType,))
     if gc.get_freeze_count() >= MIN_FROZEN:
-        objects.extend(loaded_functions())
-    return objects
+        functions.extend(loaded_functions())
+    return functions
 
 
 #: a heap with fewer frozen objects than this was not frozen by its program (Python 3.12 starts
@@ -456,29 +459,26 @@ def models_on_stacks(frames, ignore=()):
     (``Module._call_impl``) called, up to five decorators between them (transformers wraps a
     model's forward in three): the root model's forward, as ``find_model_codes`` would time it.
     ``frames``: ``sys._current_frames()``; ``ignore``: thread idents not to look at (the
-    agent's). Only code objects are read."""
+    agent's). Only code objects are read, each stack's in one C call with the collector off
+    (safe_reads.py)."""
+    stacks = []
+    with CollectorOff():
+        for ident, frame in frames.items():
+            if ident not in ignore:
+                stacks.append(codes_down(frame, 512))
+        frame = None
     found = []
-    for ident, frame in frames.items():
-        if ident in ignore:
-            continue
-        outer, depth = None, 0
-        while frame is not None and depth < 512:
-            code = frame.f_code
-            if code.co_name == "forward" and _called_by_module(frame.f_back):
+    for codes in stacks:
+        outer = None
+        for i, code in enumerate(codes):
+            if code.co_name == "forward" and _called_by_module(codes[i + 1 : i + 7]):
                 outer = code
-            frame, depth = frame.f_back, depth + 1
         # an engine's own model (vLLM's) is timed by its entry point: nothing inside it is
         if outer is not None and outer not in found and _timed_as_model(outer):
             found.append(outer)
     return found
 
 
-def _called_by_module(frame, hops=6):
-    for _ in range(hops):
-        if frame is None:
-            return False
-        code = frame.f_code
-        if code.co_name in _CALL_IMPLS and code.co_filename.endswith(_MODULE_FILE):
-            return True
-        frame = frame.f_back
-    return False
+def _called_by_module(callers):
+    """Whether one of ``callers`` (codes, the nearest first) is a torch module's call."""
+    return any(c.co_name in _CALL_IMPLS and c.co_filename.endswith(_MODULE_FILE) for c in callers)

@@ -9,6 +9,11 @@ from __future__ import annotations
 
 import sys
 
+# -- imported as a module (payload_source leaves these lines out) --
+from infertop.agent.payload.safe_reads import subclasses_of, tracked_of_types
+
+# -- end --
+
 #: the most slots (a dictionary entry holding a timed function) the wrapper timer replaces
 MAX_WRAPPED_SLOTS = 4000
 #: where a function's code names a file no loaded module has (a moved environment whose byte
@@ -164,13 +169,9 @@ def model_instances(targets):
     base = getattr(sys.modules.get("torch.nn.modules.module"), "Module", None)
     if not isinstance(base, type):
         return set(), []
-    import gc
-
     roots, hooked = [], []
-    for obj in gc.get_objects():
+    for obj in tracked_of_types(subclasses_of(base)):
         t = type(obj)
-        if not issubclass(t, base):
-            continue
         space = obj.__dict__
         if t.__name__ == "OptimizedModule":
             inner = (space.get("_modules") or {}).get("_orig_mod")
