@@ -10,7 +10,8 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from infertop.agent.payload.memory import object_census
+from infertop.agent.payload import memory as memory_module
+from infertop.agent.payload.memory import _CensusMixin, object_census
 from infertop.analysis.findings import RULES, FindingInput
 from infertop.analysis.host_memory import growing_objects, summarize_host_memory
 from infertop.cli import main
@@ -210,3 +211,37 @@ def test_the_census_runs_none_of_the_target_s_code_and_warns_nothing() -> None:
     assert [str(w.message) for w in seen] == []
     assert _Watched.asked == []
     assert any(c[2] == 5000 for c in msg["containers"]), msg["containers"][:5]
+
+
+
+class _CensusAgent(_CensusMixin):
+    """The census mixin with what it uses of the agent: ``_send`` and ``_status_once``."""
+
+    def __init__(self) -> None:
+        self.sent: list[dict] = []
+        self._init_census()
+
+    def _send(self, msg: dict) -> None:
+        self.sent.append(msg)
+
+    def _status_once(self, key: str, state: str, message: str) -> None:
+        self.sent.append({"type": "status", "state": state, "message": message})
+
+
+@pytest.mark.parametrize("limit_s", [0.0, 10.0])
+def test_censuses_stop_once_a_read_of_the_heap_held_the_gil_too_long(monkeypatch, limit_s) -> None:  # noqa: ANN001
+    """Each read of the heap holds the GIL at once (safe_reads.py): a census whose longest read
+    held it over the limit is the last, and a status says why; under it they go on."""
+    import time
+
+    monkeypatch.setattr(memory_module, "CENSUS_MAX_HOLD_S", limit_s)
+    agent = _CensusAgent()
+    agent._start_census(0.0)
+    agent._tick_census(time.monotonic() + 60)
+    kinds = [m["type"] for m in agent.sent]
+    assert kinds[0] == "census" and agent.sent[0]["hold_s"] > 0
+    if limit_s == 0.0:
+        assert agent.next_census == float("inf")
+        assert "held the GIL" in agent.sent[1]["message"]
+    else:
+        assert agent.next_census < float("inf") and kinds == ["census"]

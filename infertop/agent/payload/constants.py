@@ -81,9 +81,12 @@ CENSUS_ITEMS_SIZED = 16  # items of a container whose sizes estimate its bytes
 #: a list's items are read from a copy (gc.get_referents) only up to this length (8 MB)
 CENSUS_LIST_ITEMS_READ = 1_000_000
 CENSUS_NAME_ENTRIES = 200000  # module globals (and their objects' attributes) read for names
-#: no census on a heap of more blocks than this (sys.getallocatedblocks): the list of its
-#: objects alone would take 8 bytes each, and the census seconds of the GIL's time
-CENSUS_MAX_BLOCKS = 5000000
+#: no census on a heap of more blocks than this (sys.getallocatedblocks): each of its reads
+#: of the heap holds the GIL at once (safe_reads.py), ~0.12 us per tracked object, and a
+#: heap of 2 million blocks holds ~0.6 million (torch and transformers: 0.7 M blocks, 0.2 M)
+CENSUS_MAX_BLOCKS = 2000000
+#: ... and none after one whose longest read held the GIL longer than this at once
+CENSUS_MAX_HOLD_S = 0.05
 SEND_TIMEOUT_S = 5.0
 KINETO_QUIET_LEVEL = 6  # above every libkineto level (VERBOSE 0 ... USDT 5)
 C10_QUIET_LEVEL = 2  # c10's LOG threshold while a window stops: errors only (INFO 0, WARNING 1)

@@ -18,6 +18,7 @@ from infertop.agent.payload.constants import (
     CENSUS_ITEMS_SIZED,
     CENSUS_LIST_ITEMS_READ,
     CENSUS_MAX_BLOCKS,
+    CENSUS_MAX_HOLD_S,
     CENSUS_MIN_LEN,
     CENSUS_NAME_ENTRIES,
     CENSUS_TYPES,
@@ -184,7 +185,9 @@ def object_census(names=None):
     # what the collector tracks, read inside C calls that hold nothing else (safe_reads.py):
     # the count of each type, then the containers alone
     counts = type_counts()
+    read = time.perf_counter()
     objs = tracked_of_types(subclasses_of(*_KINDS))
+    hold = max(read - started, time.perf_counter() - read)
     longest = []  # (length, index)
     for i, obj in enumerate(objs):
         try:
@@ -214,6 +217,7 @@ def object_census(names=None):
         "types": [[_type_name(tp), n] for tp, n in types],
         "containers": containers,
         "cost_s": time.perf_counter() - started,
+        "hold_s": hold,
     }, {c[0]: c[4] for c in containers if c[4]}
 
 
@@ -247,3 +251,10 @@ class _CensusMixin:
         msg, self.census_names = object_census(self.census_names)
         self.next_census = time.monotonic() + max(CENSUS_EVERY_S, msg["cost_s"] / CENSUS_BUDGET)
         self._send(msg)
+        if msg["hold_s"] > CENSUS_MAX_HOLD_S:
+            self.next_census = float("inf")
+            self._status_once(
+                "census", "running",
+                "no more object censuses: a read of the heap held the GIL %.0f ms at once, over %.0f"
+                % (msg["hold_s"] * 1e3, CENSUS_MAX_HOLD_S * 1e3),
+            )  # fmt: skip
