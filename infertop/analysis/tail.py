@@ -28,7 +28,10 @@ from infertop.model.events import CallSamples, Frame, StageSpan
 from infertop.model.host_memory import HostMemoryReading
 
 OVERLAPS = ("gc", "gil", "queue", "sync", "profiler", "memory")
-FAULTING_PER_S = 5.0  # major faults a second between two readings: the process is faulting
+#: major faults a second between two readings: the process is faulting. One in a reading's
+#: second counts: a fault reads ahead, so a few stand for megabytes (a 32 MB memory-mapped file
+#: reclaimed from a process cost its next full read 1-2 major faults and 22-28 ms; at rest, none)
+FAULTING_PER_S = 0.5
 STALLED_SHARE = 0.05  # its cgroup's tasks stalled on memory this share of the time (PSI some)
 TOP_TAIL_FRAMES = 10
 SLOWEST_CALLS = 10

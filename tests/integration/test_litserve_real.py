@@ -1,5 +1,6 @@
 """Latency by default on a real multi-process server: LitServe (an API process under uvicorn
-and a spawned inference worker, dynamic batching) on Python 3.12, loaded by six clients, and
+and a spawned inference worker, dynamic batching) on Python 3.12 and 3.11 (the wrappers' timer:
+docs/stages.md), loaded by six clients, and
 ``infertop record PID --children`` with no other flag: the requests' p50 beside the clients',
 per-call latency of the worker's stages, processes named for what they do, and the hop
 between them as ``ipc``."""
@@ -31,12 +32,15 @@ pytestmark = pytest.mark.slow
 APP = ROOT / "tests" / "integration" / "targets" / "litserve_app.py"
 
 
-def _has_litserve() -> bool:
-    """litserve installed in the 3.12 venv (looked for on disk: collection runs in every test
-    worker, and starting that interpreter to import it took 0.9 s each time)."""
-    if not VENV312.exists():
+VENV311 = ROOT / ".venv" / "bin" / "python"
+
+
+def _has_litserve(python: Path = VENV312) -> bool:
+    """litserve installed in the venv of ``python`` (looked for on disk: collection runs in
+    every test worker, and starting that interpreter to import it took 0.9 s each time)."""
+    if not python.exists():
         return False
-    return any(VENV312.parents[1].glob("lib/python3*/site-packages/litserve/__init__.py"))
+    return any(python.parents[1].glob("lib/python3*/site-packages/litserve/__init__.py"))
 
 
 class Clients:
@@ -96,17 +100,19 @@ def _healthy(port: int) -> bool:
 
 
 @contextlib.contextmanager
-def _serving(tmp_path: Path, argv: list[str], clients: type[Clients], first: int) -> Iterator[tuple]:
+def _serving(
+    tmp_path: Path, argv: list[str], clients: type[Clients], first: int, python: Path = VENV312
+) -> Iterator[tuple]:
     """A LitServe server (``argv``: its script and arguments, ``{port}`` its port, else the port
-    last) in a process group of its own, answering ``clients`` (``first`` answers seen); the
-    server and its clients stopped after."""
+    last) on ``python``, in a process group of its own, answering ``clients`` (``first``
+    answers seen); the server and its clients stopped after."""
     port = free_port()
     args = [a.replace("{port}", str(port)) for a in argv]
     if not any("{port}" in a for a in argv):
         args.append(str(port))
     log = open(tmp_path / "server.log", "w")  # noqa: SIM115 - closed at the end
     proc = subprocess.Popen(
-        [str(VENV312), *args], cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log,
+        [str(python), *args], cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log,
         stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip
     running = None
@@ -122,10 +128,14 @@ def _serving(tmp_path: Path, argv: list[str], clients: type[Clients], first: int
         log.close()
 
 
-@pytest.mark.skipif(not _has_litserve(), reason=f"needs {VENV312} with litserve (make .venv312/.installed)")
-def test_a_litserve_server_has_request_and_stage_latency_roles_and_ipc_with_no_flags(tmp_path: Path) -> None:
+@pytest.mark.parametrize("python", [VENV312, VENV311], ids=["3.12", "3.11"])
+def test_a_litserve_server_has_request_and_stage_latency_roles_and_ipc_with_no_flags(
+    tmp_path: Path, python: Path
+) -> None:
+    if not _has_litserve(python):
+        pytest.skip(f"needs {python} with litserve (make)")
     out = tmp_path / "litserve.infertop"
-    with _serving(tmp_path, [str(APP)], Clients, 50) as (proc, clients):
+    with _serving(tmp_path, [str(APP)], Clients, 50, python) as (proc, clients):
         t0 = time.time()
         p = infertop("record", str(proc.pid), "--children", "-o", str(out), "--duration", "15",
                      timeout=200)  # fmt: skip
@@ -139,7 +149,7 @@ def test_a_litserve_server_has_request_and_stage_latency_roles_and_ipc_with_no_f
     theirs = sorted(ms for t, ms in clients.done if t0 + 5 <= t <= t1)
     their_p50 = theirs[len(theirs) // 2]
     ours = req["latency_ms"]["p50"]
-    print(f"LitServe: request p50 {ours:.1f} ms in the API process, {their_p50:.1f} ms at the clients")
+    print(f"LitServe ({python.parents[1].name}): request p50 {ours:.1f} ms in the API process, {their_p50:.1f} ms at the clients")
     assert abs(ours - their_p50) <= 0.2 * their_p50, (ours, their_p50)
     assert [r["route"] for r in req["by_route"]] == ["POST /predict"], req["by_route"]
     # (2) per-call latency of the worker's stages: LitAPI's handler methods, timed by default
