@@ -137,7 +137,7 @@ def test_a_litserve_server_has_request_and_stage_latency_roles_and_ipc_with_no_f
     out = tmp_path / "litserve.infertop"
     with _serving(tmp_path, [str(APP)], Clients, 50, python) as (proc, clients):
         t0 = time.time()
-        p = infertop("record", str(proc.pid), "--children", "-o", str(out), "--duration", "15",
+        p = infertop("record", str(proc.pid), "--children", "-o", str(out), "--duration", "10",
                      timeout=200)  # fmt: skip
         t1 = time.time()
         assert p.returncode == 0, p.stderr

@@ -66,7 +66,7 @@ def test_a_stage_slowed_by_major_faults_is_named_by_memory_pressure(tmp_path: Pa
             pytest.skip(f"process_madvise(MADV_PAGEOUT) refused here: errno {-advised}")
         rec = subprocess.Popen(
             [sys.executable, "-m", "infertop", "record", str(target.pid), "-o", out,
-             "--duration", "16", "--stage", "forward=*mapped_weights.py:forward"],
+             "--duration", "13", "--stage", "forward=*mapped_weights.py:forward"],
             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
         started, reclaims, last = time.monotonic(), 0, time.monotonic()
