@@ -65,6 +65,8 @@ MAX_STAGE_FUNCTIONS = 1000  # functions the stage rules may have timed (sys.moni
 #: and a walk of the stacks' code objects, ~30 us for 10 threads (0.03 % of a core at 10 Hz);
 #: often enough to catch a forward that runs a few percent of the time within seconds
 MODEL_SCAN_S = 0.1
+#: ... and in a process that has not imported torch, a look a second for it
+MODEL_SCAN_IDLE_S = 1.0
 ALLOCATOR_EVERY_S = 1.0
 #: the object census (memory.py, ``object_census``): what grows in the target's heap, by type
 #: and by its largest containers. The first one this long after start, then one each

@@ -15,6 +15,7 @@ from infertop.agent.payload.constants import (
     DEFAULT_CONFIG,
     LIMITS,
     MAX_STAGE_FUNCTIONS,
+    MODEL_SCAN_IDLE_S,
     MODEL_SCAN_S,
     SEND_TIMEOUT_S,
 )
@@ -360,6 +361,9 @@ class _ServingMixin:
         if (not self.config.get("known_entry_points", True)
                 or "torch.nn.modules.module" not in sys.modules
                 or len(self.model_codes) >= MAX_MODEL_CODES):  # fmt: skip
+            # nothing to scan for (a process without torch: an API server, a tokenizer
+            # worker): a look a second, not ten, each of which takes the GIL from the target
+            self.next_model_scan = now + MODEL_SCAN_IDLE_S
             return
         own = self.thread.ident if self.thread is not None else None
         with CollectorOff():  # safe_reads.py
